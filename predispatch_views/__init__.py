@@ -1,0 +1,27 @@
+"""predispatch_views: faithful multi-output views for torch.compile by eager replay of a view epilogue.
+
+Entry points:
+- ``torch.compile(fn, backend="predispatch_views")`` or ``backend(inner=...)``
+- ``compile_function(fn, inner="aot_eager")``: no Dynamo
+- ``enable()`` / ``PREDISPATCH_VIEWS=1``: route plain ``torch.compile(fn)`` through the prototype
+- ``explain(fn, *args)``: every stage's graph for one program
+"""
+
+from __future__ import annotations
+
+import os
+
+from .backend import BACKEND_NAME, backend, register
+from .compile_function import compile_function
+from .pipeline import FALLBACKS, CompiledProgram, StrictModeError
+
+__all__ = [
+    "BACKEND_NAME",
+    "FALLBACKS",
+    "CompiledProgram",
+    "StrictModeError",
+    "backend",
+    "compile_function",
+]
+
+register()

@@ -1,0 +1,130 @@
+"""Every private torch API the project relies on, in one place.
+
+A torch upgrade should only need changes here. Tested with torch 2.13.
+
+Relied on:
+- ``torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True)``: tracing above autograd, so the graph
+  holds the calls autograd sees (``chunk``, ``tensor_split``, ``unbind``... as written, CIA ops not decomposed).
+- ``torch._subclasses.functional_tensor.FunctionalTensorMode(pre_dispatch=True)`` and AOTAutograd's
+  ``functional_utils`` (``to_fun``, ``from_fun``, ``has_data_mutation``, ``has_metadata_mutation``):
+  functionalization at the pre-dispatch level.
+- ``torch._dispatch.python.enable_python_dispatcher``.
+- ``torch._guards.detect_fake_mode`` and ``torch._subclasses.fake_tensor.FakeTensorMode``.
+- ``torch._dynamo.backends.registry.lookup_backend``, ``register_backend`` and ``_COMPILER_FNS``.
+- ``torch._guards.TracingContext.tensor_to_context``: Dynamo's symbolic context of each real input.
+- ``torch._inductor.compile_fx.compile_fx``: the default inner backend.
+- ``torch._TorchCompileInductorWrapper``: what plain ``torch.compile(fn)`` uses; the experimental flag hooks it.
+- ``torch._functionalize_is_multi_output_view``: what the unsafe fix keys on (stock strategies in compare/).
+- ``torch._functorch.config.view_replay_for_aliased_outputs``: the legacy as_strided regeneration.
+- ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch._functorch.config as functorch_config
+from torch._dispatch.python import enable_python_dispatcher
+from torch._functorch._aot_autograd.functional_utils import (
+    from_fun,
+    has_data_mutation,
+    has_metadata_mutation,
+    to_fun,
+)
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+__all__ = [
+    "FakeTensor",
+    "FakeTensorMode",
+    "FunctionalTensorMode",
+    "SET_GRAD_ENABLED",
+    "detect_fake_mode",
+    "enable_python_dispatcher",
+    "from_fun",
+    "has_data_mutation",
+    "has_metadata_mutation",
+    "inductor_compile_fx",
+    "inductor_wrapper_class",
+    "lookup_backend",
+    "make_fx",
+    "multi_output_view_optimization_disabled",
+    "to_fun",
+    "trace_pre_dispatch",
+    "view_replay_for_aliased_outputs",
+]
+
+SET_GRAD_ENABLED = torch._C._set_grad_enabled
+
+
+def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:
+    """make_fx at the pre-dispatch level; args may be fake tensors (their mode must be active)."""
+    return make_fx(fn, pre_dispatch=True, record_module_stack=True)(*args)
+
+
+def fakify_like_dynamo(t: torch.Tensor, fake_mode: FakeTensorMode) -> torch.Tensor:
+    """A real input of a Dynamo graph as a fake of the backend's mode, keeping Dynamo's symbols.
+
+    Mirrors ``process_inputs`` in torch/_functorch/_aot_autograd/frontend_utils.py.
+    """
+    if isinstance(t, FakeTensor) and t.fake_mode is fake_mode:
+        return t
+    symbolic_context = source = None
+    tracing_context = torch._guards.TracingContext.try_get()
+    if tracing_context is not None and t in tracing_context.tensor_to_context:
+        symbolic_context = tracing_context.tensor_to_context[t]
+        source = symbolic_context.tensor_source
+    return fake_mode.from_tensor(t, symbolic_context=symbolic_context, source=source, trace=False)
+
+
+def dynamo_backend_names() -> Any:
+    from torch._dynamo.backends import registry
+
+    return registry._COMPILER_FNS
+
+
+def register_backend(fn: Callable[..., Any], name: str) -> None:
+    from torch._dynamo.backends import registry
+
+    registry.register_backend(fn, name=name)
+
+
+def lookup_backend(name: str) -> Callable[..., Any]:
+    from torch._dynamo.backends.registry import lookup_backend as _lookup
+
+    return _lookup(name)
+
+
+def inductor_compile_fx() -> Callable[..., Any]:
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx
+
+
+def inductor_wrapper_class() -> type:
+    return torch._TorchCompileInductorWrapper
+
+
+@contextlib.contextmanager
+def multi_output_view_optimization_disabled() -> Iterator[None]:
+    """Switch off the unsafe fix of pytorch PR #111411.
+
+    collect_metadata_analysis asks ``torch._functionalize_is_multi_output_view`` whether an aliased output came
+    from a multi-output view; answering False makes AOTAutograd regenerate every such output on its own.
+    """
+    original = torch._functionalize_is_multi_output_view
+    torch._functionalize_is_multi_output_view = lambda t: False
+    try:
+        yield
+    finally:
+        torch._functionalize_is_multi_output_view = original
+
+
+def view_replay_for_aliased_outputs(enabled: bool) -> contextlib.AbstractContextManager[None]:
+    """False restores the pre-#111411 regeneration of aliased outputs through as_strided."""
+    return functorch_config.patch(view_replay_for_aliased_outputs=enabled)

@@ -1,0 +1,216 @@
+"""Stage 2a: decide which nodes of a pre-dispatch graph are replayed in eager after the compiled core.
+
+Note [Replaying pre-dispatch views]
+A pre-dispatch graph records each call at the level autograd sees it. Replaying ``aten.unbind.int(base, 0)``
+in eager on a tensor ``base`` therefore runs the same autograd kernel eager ran for the user's
+``base.unbind(0)``: one ``UnbindBackward0`` shared by all outputs, outputs that are real views of ``base`` with
+CreationMeta MULTI_OUTPUT_NODE, and the same version counter. If ``base`` holds the values eager's base held
+when the view was taken, and its own history is the same up to an opaque compiled node, every observable
+property of the outputs (values, ``_base``, ``grad_fn`` type, in-place errors, gradients) is eager's.
+
+Note [Which nodes the epilogue replays]
+The epilogue E is the smallest set that satisfies:
+1. Every view call (and every ``getitem`` of a multi-output view call) whose result reaches an output through
+   view calls only is in E. So are size computations (``sym_size``, ``//``...) that those calls need and that
+   depend on graph inputs only: they are recomputed from the real tensors (dynamic shapes).
+2. A mutation that writes through a view in E (``out = y.view(-1); out.mul_(2); return out``) is in E, and so
+   is a metadata mutation (``t_``, ``squeeze_``) that feeds E: functionalization would turn either into a view
+   the core must return, which is exactly what the design avoids.
+3. A mutation of a base after a view of it in E was taken (``outs = y.unbind(0); y.add_(1)``) is in E:
+   eager then errors lazily on the outputs' grad_fn, and only eager replay reproduces that.
+Everything else is the core. A mutation of a base *before* its views are taken stays in the core: the core is
+functionalized and returns the mutated value, which the epilogue then views (see functionalize.py).
+Replaying E after the whole core is sound only if no core node reads a base after an E mutation of it, and
+no core node needs a value produced by an E mutation; otherwise the program falls back (reasons below).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import fx
+
+from . import graph_ops
+
+
+@dataclass(frozen=True)
+class EpilogueSelection:
+    """The nodes of a pre-dispatch graph replayed in eager, and what the core must hand them."""
+
+    epilogue: frozenset[fx.Node]
+    # Epilogue nodes the core also needs; the core gets its own copy (view calls are free to duplicate).
+    duplicated: frozenset[fx.Node]
+    # Values the epilogue or the output reads from the core, in program order (never placeholders).
+    externals: tuple[fx.Node, ...]
+    # An external that is a data mutation of a graph input resolves to the input itself (mutated by the core).
+    resolved: dict[fx.Node, fx.Node]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    reason: str
+
+
+def select_epilogue(
+    gm: fx.GraphModule, *, grad_enabled: bool, inputs_alias: bool = False
+) -> EpilogueSelection | Fallback:
+    """Pick the epilogue of a pre-dispatch graph; see Note [Which nodes the epilogue replays]."""
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    root = _alias_roots(nodes)
+    output = nodes[-1]
+    mutations = [n for n in nodes if graph_ops.mutated_input(n) is not None]
+
+    if inputs_alias and mutations:
+        return Fallback("graph inputs alias each other and the graph mutates a tensor")
+    for n in mutations:
+        if graph_ops.is_storage_mutation(n):
+            return Fallback(f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})")
+
+    sym_from_inputs = _sym_from_inputs(nodes)
+    epilogue: set[fx.Node] = set()
+
+    def replayable(n: fx.Node) -> bool:
+        if graph_ops.is_view(n) or graph_ops.is_view_getitem(n) or n in sym_from_inputs:
+            return True
+        target = graph_ops.mutated_input(n)
+        if target is None:
+            return False
+        return graph_ops.is_metadata_mutation(n) or root[target] is not target
+
+    def pull(start: fx.Node) -> None:
+        stack = [start]
+        while stack:
+            n = stack.pop()
+            if n in epilogue or not replayable(n):
+                continue
+            epilogue.add(n)
+            stack.extend(n.all_input_nodes)
+
+    for n in output.all_input_nodes:
+        pull(n)
+    changed = True
+    while changed:  # rule 3 can pull in views (rule 2), which can pull in earlier mutations
+        changed = False
+        first_view: dict[fx.Node, int] = {}
+        for n in epilogue:
+            if graph_ops.is_view(n) or graph_ops.is_view_getitem(n):
+                first_view[root[n]] = min(first_view.get(root[n], len(nodes)), order[n])
+        for m in mutations:
+            if m not in epilogue and order[m] > first_view.get(root[m], len(nodes)):
+                epilogue.add(m)
+                for i in m.all_input_nodes:
+                    pull(i)
+                changed = True
+
+    if (reason := _check_replay_order(nodes, order, root, epilogue, grad_enabled)) is not None:
+        return Fallback(reason)
+
+    tainted = _tainted(nodes, epilogue)
+    duplicated: set[fx.Node] = set()
+    stack = [i for n in nodes[:-1] if n not in epilogue for i in n.all_input_nodes if i in epilogue]
+    while stack:
+        n = stack.pop()
+        if n in duplicated or n not in epilogue:
+            continue
+        if n in tainted:
+            return Fallback(f"the compiled region reads {n.name}, produced by a mutation replayed in eager")
+        duplicated.add(n)
+        stack.extend(n.all_input_nodes)
+
+    resolved: dict[fx.Node, fx.Node] = {}
+    externals: list[fx.Node] = []
+    for n in nodes:
+        if n in epilogue or n.op in ("placeholder", "output"):
+            continue
+        readers = [u for u in n.users if u in epilogue or u is output]
+        if not readers:
+            continue
+        source = _resolve_input_mutation(n)
+        if source is not None:
+            resolved[n] = source
+        else:
+            externals.append(n)
+    for n in mutations:
+        if n not in epilogue and root[n].op == "placeholder" and graph_ops.is_metadata_mutation(n):
+            return Fallback(f"metadata mutation {graph_ops.op_name(n)} of graph input {root[n].name}")
+    return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
+
+
+def _alias_roots(nodes: list[fx.Node]) -> dict[fx.Node, fx.Node]:
+    """Map each node to the node whose storage it aliases (itself for fresh values)."""
+    root: dict[fx.Node, fx.Node] = {}
+    for n in nodes:
+        if graph_ops.is_view(n) or graph_ops.is_view_getitem(n):
+            root[n] = root.get(n.args[0], n.args[0])  # type: ignore[arg-type]
+        elif (target := graph_ops.mutated_input(n)) is not None:
+            root[n] = root.get(target, target)
+        else:
+            root[n] = n
+    return root
+
+
+def _sym_from_inputs(nodes: list[fx.Node]) -> set[fx.Node]:
+    """Size arithmetic computable from the graph inputs alone."""
+    out: set[fx.Node] = set()
+    for n in nodes:
+        if graph_ops.is_sym(n) and all(
+            i.op == "placeholder" or i in out for i in n.all_input_nodes
+        ):
+            out.add(n)
+    return out
+
+
+def _tainted(nodes: list[fx.Node], epilogue: set[fx.Node]) -> set[fx.Node]:
+    """Epilogue nodes whose value depends on a mutation replayed in eager."""
+    tainted: set[fx.Node] = set()
+    for n in nodes:
+        if n in epilogue and (
+            graph_ops.mutated_input(n) is not None or any(i in tainted for i in n.all_input_nodes)
+        ):
+            tainted.add(n)
+    return tainted
+
+
+def _check_replay_order(
+    nodes: list[fx.Node],
+    order: dict[fx.Node, int],
+    root: dict[fx.Node, fx.Node],
+    epilogue: set[fx.Node],
+    grad_enabled: bool,
+) -> str | None:
+    """Replaying E after the whole core must not change what any node sees."""
+    first_epilogue_mutation: dict[fx.Node, int] = {}
+    for n in nodes:
+        if n in epilogue and graph_ops.mutated_input(n) is not None:
+            first_epilogue_mutation.setdefault(root[n], order[n])
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+            continue
+        if n in epilogue:
+            if grad != grad_enabled and not graph_ops.is_sym(n):
+                return f"{n.name} is created under a grad-mode change inside the graph"
+            continue
+        if n.op == "output":
+            continue
+        for i in n.all_input_nodes:
+            at = first_epilogue_mutation.get(root.get(i, i))
+            if at is not None and at < order[n]:
+                return (
+                    f"{n.name} reads {i.name} after {nodes[at].name} mutated its base, "
+                    "and that mutation must be replayed in eager"
+                )
+    return None
+
+
+def _resolve_input_mutation(n: fx.Node) -> fx.Node | None:
+    """``x.add_(1)`` on a graph input x has x itself as its value once the core has run."""
+    while (target := graph_ops.mutated_input(n)) is not None and target.op != "placeholder":
+        if graph_ops.is_view(target) or graph_ops.is_view_getitem(target):
+            return None
+        n = target
+    if target is not None and target.op == "placeholder":
+        return target
+    return None

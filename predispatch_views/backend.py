@@ -1,0 +1,37 @@
+"""The torch.compile backend: ``torch.compile(fn, backend="predispatch_views")``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import fx
+
+from . import _torch_internals as ti
+from .pipeline import InnerBackend, compile_dynamo_graph
+
+BACKEND_NAME = "predispatch_views"
+
+
+def backend(inner: InnerBackend = "inductor", *, strict: bool = False) -> Callable[..., Any]:
+    """A backend callable for torch.compile.
+
+    inner: the backend that compiles the core ("inductor", "aot_eager", "eager", or any backend callable).
+    strict: raise instead of falling back to stock AOTAutograd (for tests and debugging).
+    """
+
+    def predispatch_views_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return compile_dynamo_graph(gm, example_inputs, inner, strict=strict).run
+
+    predispatch_views_backend.inner = inner  # type: ignore[attr-defined]
+    return predispatch_views_backend
+
+
+# What the ``torch_dynamo_backends`` entry point and ``register()`` name "predispatch_views".
+default_backend = backend()
+
+
+def register() -> None:
+    """Register the name with Dynamo when the package is imported without its entry point installed."""
+    if BACKEND_NAME not in ti.dynamo_backend_names():
+        ti.register_backend(default_backend, BACKEND_NAME)

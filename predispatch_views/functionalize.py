@@ -1,0 +1,111 @@
+"""Stage 2b: view-preserving functionalization.
+
+Input: the pre-dispatch graph and the epilogue selection (analysis.py). Output: one graph in which
+- the core (every node not selected) is functional: mutations of intermediates are gone, a mutation of a graph
+  input becomes a trailing ``copy_`` into it (the inner backend's AOTAutograd applies it with eager semantics);
+- the selected nodes follow, unchanged and tagged ``node.meta[EPILOGUE_TAG]``: the user's own ``unbind``,
+  ``chunk``, ``split_with_sizes``... with their getitems, in the subset and order the program returns them.
+
+Stock functionalization would instead regenerate each output view from its base (one ``unbind`` per output,
+``chunk`` turned into ``split``); protecting the selected nodes from it is the whole trick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import fx
+
+from . import _torch_internals as ti
+from . import graph_ops
+from .analysis import EpilogueSelection
+
+EPILOGUE_TAG = "predispatch_views_epilogue"
+
+
+def functionalize_preserving_views(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphModule:
+    core = _core_graph(gm, selection)
+    if any(graph_ops.mutated_input(n) is not None for n in core.graph.nodes):
+        core = _functionalize(core)
+    return _append_epilogue(core, gm, selection)
+
+
+def _core_graph(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphModule:
+    """The non-functional core: every node not replayed in eager; it returns the externals."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in gm.graph.nodes:
+        if n.op == "output" or (n in selection.epilogue and n not in selection.duplicated):
+            continue
+        env[n] = graph.node_copy(n, env.__getitem__)
+    graph.output(tuple(env[n] for n in selection.externals))
+    return fx.GraphModule(gm, graph)
+
+
+def _functionalize(core: fx.GraphModule) -> fx.GraphModule:
+    """Functionalize at the pre-dispatch level; input mutations come back as trailing copy_ nodes."""
+    placeholders = list(core.graph.find_nodes(op="placeholder"))
+    values = [p.meta["val"] for p in placeholders]
+    fake_mode = ti.detect_fake_mode(values)
+    mutated: list[int] = []
+
+    def functional(*args: Any) -> list[Any]:
+        f_args = [ti.to_fun(a) for a in args]
+        outs = core(*f_args)
+        mutated[:] = [
+            i
+            for i, a in enumerate(f_args)
+            if isinstance(a, torch.Tensor) and ti.has_data_mutation(a)
+        ]
+        return [ti.from_fun(o) for o in outs] + [ti.from_fun(f_args[i]) for i in mutated]
+
+    with (
+        fake_mode if fake_mode is not None else contextlib.nullcontext(),
+        ti.enable_python_dispatcher(),
+        ti.FunctionalTensorMode(pre_dispatch=True),
+    ):
+        traced = ti.trace_pre_dispatch(functional, values)
+
+    graph = traced.graph
+    output = graph.output_node()
+    results = list(output.args[0])
+    n_outs = len(results) - len(mutated)
+    new_placeholders = list(graph.find_nodes(op="placeholder"))
+    with graph.inserting_before(output):
+        for i, value in zip(mutated, results[n_outs:]):
+            graph.call_function(torch.ops.aten.copy_.default, (new_placeholders[i], value))
+    output.args = (tuple(results[:n_outs]),)
+    graph.eliminate_dead_code()
+    for p, old in zip(new_placeholders, placeholders):
+        p.meta = dict(old.meta)
+    traced.recompile()
+    return traced
+
+
+def _append_epilogue(
+    core: fx.GraphModule, gm: fx.GraphModule, selection: EpilogueSelection
+) -> fx.GraphModule:
+    """Core nodes, then the selected nodes copied verbatim and tagged, then the program's outputs."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    core_output = core.graph.output_node()
+    for n in core.graph.nodes:
+        if n is not core_output:
+            env[n] = graph.node_copy(n, env.__getitem__)
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    for old, new in zip(placeholders, core.graph.find_nodes(op="placeholder")):
+        env[old] = env[new]
+    core_values = [env[v] if isinstance(v, fx.Node) else v for v in core_output.args[0]]
+    for old, value in zip(selection.externals, core_values):
+        env[old] = value
+    for old, placeholder in selection.resolved.items():
+        env[old] = env[placeholder]
+    for n in gm.graph.nodes:
+        if n in selection.epilogue:
+            env[n] = graph.node_copy(n, env.__getitem__)
+            env[n].meta[EPILOGUE_TAG] = True
+    graph.output(fx.map_arg(gm.graph.output_node().args[0], env.__getitem__))
+    result = fx.GraphModule(core, graph)
+    return result

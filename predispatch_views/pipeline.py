@@ -1,0 +1,150 @@
+"""The whole pipeline, top-down: capture, select, functionalize, slice, compile the core, build the runtime.
+
+Every entry point (Dynamo backend, experimental flag, compile_function, explain) goes through
+``compile_captured``. A stage that finds the program cannot be replayed faithfully returns a reason; the
+program then goes to stock AOTAutograd with the same inner backend, and the reason is logged.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from . import _torch_internals as ti
+from .analysis import EpilogueSelection, Fallback, select_epilogue
+from .functionalize import functionalize_preserving_views
+from .runtime import build_runtime
+from .slicing import SlicedProgram, slice_graph
+
+log = logging.getLogger("predispatch_views")
+
+InnerBackend = str | Callable[..., Any]
+# The most recent fallbacks, newest last: (graph name, reason). Read by compare/ and explain().
+FALLBACKS: collections.deque[tuple[str, str]] = collections.deque(maxlen=1000)
+
+
+class StrictModeError(RuntimeError):
+    """Raised instead of falling back when the backend was built with strict=True."""
+
+
+@dataclass
+class CompiledProgram:
+    """What one compilation produced; every stage's result is kept for explain()."""
+
+    run: Callable[..., Any]
+    pre_dispatch: fx.GraphModule | None = None
+    selection: EpilogueSelection | None = None
+    functional: fx.GraphModule | None = None
+    sliced: SlicedProgram | None = None
+    epilogue_source: str | None = None
+    fallback_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
+    """"inductor", "aot_eager", "eager", another registered backend name, or a backend callable."""
+    if callable(inner):
+        return inner
+    if inner == "inductor":
+        return ti.inductor_compile_fx()
+    if inner == "eager":
+        return lambda gm, example_inputs: gm.forward
+    return ti.lookup_backend(inner)
+
+
+def inputs_alias(example_inputs: Sequence[Any]) -> bool:
+    seen: set[StorageWeakRef] = set()
+    for t in example_inputs:
+        if isinstance(t, torch.Tensor):
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref in seen:
+                return True
+            seen.add(ref)
+    return False
+
+
+def compile_captured(
+    pre_dispatch: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    inner: InnerBackend,
+    *,
+    fallback_graph: fx.GraphModule | None = None,
+    strict: bool = False,
+    compile_core: bool = True,
+) -> CompiledProgram:
+    """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture)."""
+    inner_fn = resolve_inner(inner)
+    result = CompiledProgram(run=_unset, pre_dispatch=pre_dispatch)
+    try:
+        selection = select_epilogue(
+            pre_dispatch,
+            grad_enabled=torch.is_grad_enabled(),
+            inputs_alias=inputs_alias(example_inputs),
+        )
+        if isinstance(selection, Fallback):
+            return _fall_back(result, selection.reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
+        result.selection = selection
+        result.functional = functionalize_preserving_views(pre_dispatch, selection)
+        result.sliced = slice_graph(result.functional)
+    except StrictModeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an engine limitation must never break a program stock compiles
+        reason = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
+        return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
+
+    core = None
+    if compile_core and not result.sliced.core_is_empty:
+        core = inner_fn(result.sliced.core, list(example_inputs))
+    result.run = build_runtime(result.sliced, core)
+    result.epilogue_source = result.run.source
+    return result
+
+
+def compile_dynamo_graph(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
+) -> CompiledProgram:
+    """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its fake inputs."""
+    from .capture import capture_graph_module
+
+    try:
+        pre_dispatch = capture_graph_module(gm, example_inputs)
+    except Exception as e:  # noqa: BLE001
+        if strict:
+            raise
+        return _fall_back(
+            CompiledProgram(run=_unset),
+            f"pre-dispatch capture failed: {type(e).__name__}: {e}",
+            gm,
+            example_inputs,
+            resolve_inner(inner),
+            strict,
+        )
+    return compile_captured(pre_dispatch, example_inputs, inner, fallback_graph=gm, strict=strict)
+
+
+def _fall_back(
+    result: CompiledProgram,
+    reason: str,
+    graph: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    inner_fn: Callable[..., Any],
+    strict: bool,
+) -> CompiledProgram:
+    if strict:
+        raise StrictModeError(reason)
+    log.info("falling back to stock AOTAutograd: %s", reason)
+    FALLBACKS.append((type(graph).__name__, reason))
+    result.fallback_reason = reason
+    result.run = inner_fn(graph, list(example_inputs))
+    return result
+
+
+def _unset(*args: Any) -> Any:
+    raise AssertionError("compiled program was not built")
