@@ -9,10 +9,9 @@ Entry points:
 
 from __future__ import annotations
 
-import os
-
 from .backend import BACKEND_NAME, backend, register
 from .compile_function import compile_function
+from .flag import disable, enable, is_enabled, read_environment
 from .pipeline import FALLBACKS, CompiledProgram, StrictModeError
 
 __all__ = [
@@ -22,6 +21,10 @@ __all__ = [
     "StrictModeError",
     "backend",
     "compile_function",
+    "disable",
+    "enable",
+    "is_enabled",
 ]
 
 register()
+read_environment()

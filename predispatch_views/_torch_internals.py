@@ -15,7 +15,8 @@ Relied on:
 - ``torch._inductor.compile_fx.compile_fx``: the default inner backend.
 - ``torch._TorchCompileInductorWrapper``: what plain ``torch.compile(fn)`` uses; the experimental flag hooks it.
 - ``torch._functionalize_is_multi_output_view``: what the unsafe fix keys on (stock strategies in compare/).
-- ``torch._functorch.config.view_replay_for_aliased_outputs``: the legacy as_strided regeneration.
+- ``torch._functorch.config.view_replay_for_aliased_outputs`` and
+  ``torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base``: the legacy as_strided regeneration.
 - ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
 """
 
@@ -56,7 +57,7 @@ __all__ = [
     "multi_output_view_optimization_disabled",
     "to_fun",
     "trace_pre_dispatch",
-    "view_replay_for_aliased_outputs",
+    "as_strided_output_regeneration",
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
@@ -125,6 +126,34 @@ def multi_output_view_optimization_disabled() -> Iterator[None]:
         torch._functionalize_is_multi_output_view = original
 
 
-def view_replay_for_aliased_outputs(enabled: bool) -> contextlib.AbstractContextManager[None]:
-    """False restores the pre-#111411 regeneration of aliased outputs through as_strided."""
-    return functorch_config.patch(view_replay_for_aliased_outputs=enabled)
+@contextlib.contextmanager
+def as_strided_output_regeneration() -> Iterator[None]:
+    """Regenerate aliased outputs with as_strided, as AOTAutograd did before view replay (2023).
+
+    Today's ``gen_alias_from_base`` replays the output's autograd view function even with
+    ``view_replay_for_aliased_outputs=False``; the runtime wrappers bind it by name at compile time, so this
+    swaps in a version that always takes its as_strided path (what #111411 describes: one AsStridedBackward0
+    per output).
+    """
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    original = runtime_wrappers.gen_alias_from_base
+
+    def as_strided_alias(
+        base: torch.Tensor, target: torch.Tensor, requires_grad: bool, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        if base.dtype != target.dtype or base.is_complex() != target.is_complex():
+            return original(base, target, requires_grad, *args, **kwargs)
+        out = base.as_strided(target.size(), target.stride(), target.storage_offset())
+        if base.requires_grad and not requires_grad:
+            out = out.detach()
+        elif not base.requires_grad and requires_grad:
+            out.requires_grad_(True)
+        return out
+
+    runtime_wrappers.gen_alias_from_base = as_strided_alias
+    try:
+        with functorch_config.patch(view_replay_for_aliased_outputs=False):
+            yield
+    finally:
+        runtime_wrappers.gen_alias_from_base = original

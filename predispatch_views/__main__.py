@@ -1,0 +1,22 @@
+"""Command line: ``python -m predispatch_views compare [--quick]`` and ``... explain MODULE:FUNCTION``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m predispatch_views")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from .compare.main import add_compare_arguments
+    from .explain import add_explain_arguments
+
+    add_compare_arguments(sub.add_parser("compare", help="parity and performance tables vs eager and stock"))
+    add_explain_arguments(sub.add_parser("explain", help="every stage's graph for one program"))
+    args = parser.parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The comparison: a case library, behavioural probes, strategies side by side, benchmarks and reports."""

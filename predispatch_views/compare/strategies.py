@@ -1,0 +1,100 @@
+"""How each strategy under comparison is produced.
+
+- ``eager``: the reference.
+- ``stock``: ``torch.compile(fn, backend=inner)``: torch 2.13 with the unsafe fix of pytorch PR #111411
+  (multi-output view outputs are returned as non-views; their grad_fn is CompiledFunctionBackward).
+- ``stock_no_fix``: stock with that optimization switched off: collect_metadata_analysis is told no output is a
+  multi-output view, so AOTAutograd regenerates every aliased output on its own, by view replay
+  (one UnbindBackward0 *per output*).
+- ``legacy_as_strided``: also regenerate aliased outputs with as_strided instead of view replay
+  (``_torch_internals.as_strided_output_regeneration``): one AsStridedBackward0 per output, the behaviour
+  #111411 describes.
+- ``prototype``: ``torch.compile(fn, backend=predispatch_views.backend(inner))``.
+
+The patches only matter while Dynamo compiles (on the first call, or a recompile), but they are applied around
+every call so that a recompile under a probe sees them too. Each strategy is checked by its autograd graph on
+the seed program in tests/test_strategies.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import _torch_internals as ti
+from ..backend import backend as prototype_backend
+
+INNERS = ("aot_eager", "inductor")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    inner: str | None  # None for eager
+    make: Callable[[Callable[..., Any]], Callable[..., Any]]
+
+    @property
+    def label(self) -> str:
+        return self.name if self.inner is None else f"{self.name}[{self.inner}]"
+
+
+def _compiled(fn: Callable[..., Any], backend: Any, patch: Callable[[], Any] | None) -> Callable[..., Any]:
+    compiled = torch.compile(fn, backend=backend, dynamic=False)
+    if patch is None:
+        return compiled
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with patch():
+            return compiled(*args, **kwargs)
+
+    return run
+
+
+def _no_fix() -> contextlib.AbstractContextManager[None]:
+    return ti.multi_output_view_optimization_disabled()
+
+
+@contextlib.contextmanager
+def _legacy() -> Any:
+    with ti.multi_output_view_optimization_disabled(), ti.as_strided_output_regeneration():
+        yield
+
+
+def eager() -> Strategy:
+    return Strategy("eager", None, lambda fn: fn)
+
+
+def stock(inner: str) -> Strategy:
+    return Strategy("stock", inner, lambda fn: _compiled(fn, inner, None))
+
+
+def stock_no_fix(inner: str) -> Strategy:
+    return Strategy("stock_no_fix", inner, lambda fn: _compiled(fn, inner, _no_fix))
+
+
+def legacy_as_strided(inner: str) -> Strategy:
+    return Strategy("legacy_as_strided", inner, lambda fn: _compiled(fn, inner, _legacy))
+
+
+def prototype(inner: str) -> Strategy:
+    return Strategy("prototype", inner, lambda fn: _compiled(fn, prototype_backend(inner), None))
+
+
+def all_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
+    out = [eager()]
+    for inner in inners:
+        out += [stock(inner), stock_no_fix(inner), legacy_as_strided(inner), prototype(inner)]
+    return out
+
+
+def by_label(label: str) -> Strategy:
+    for s in all_strategies():
+        if s.label == label:
+            return s
+    raise KeyError(label)

@@ -1,0 +1,74 @@
+"""The experimental flag: route plain ``torch.compile(fn)`` (default inductor backend) through the prototype.
+
+How it hooks in: plain ``torch.compile`` wraps inductor in ``torch._TorchCompileInductorWrapper``, whose
+``__call__(gm, example_inputs)`` Dynamo invokes for every graph it captures. ``enable()`` swaps that method for
+one that runs the predispatch_views pipeline with the original method (inductor, with the user's mode and
+options) as the inner backend; when the flag is off the original runs unchanged. The flag is read when Dynamo
+compiles (the first call of a compiled function, or a recompile), so a function compiled under the flag keeps
+its prototype graph after the flag is turned off, until ``torch._dynamo.reset()``.
+
+Turn it on with ``with predispatch_views.enable(): ...`` or ``PREDISPATCH_VIEWS=1`` in the environment when the
+package is imported; turn it off by leaving the block, ``predispatch_views.disable()`` or ``PREDISPATCH_VIEWS=0``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from . import _torch_internals as ti
+from .pipeline import compile_dynamo_graph
+
+ENV_VAR = "PREDISPATCH_VIEWS"
+_state = {"enabled": False, "installed": False}
+
+
+def _install() -> None:
+    if _state["installed"]:
+        return
+    wrapper_class = ti.inductor_wrapper_class()
+    original = wrapper_class.__call__
+
+    def __call__(self: Any, model_: Any, inputs_: Any) -> Any:
+        if not _state["enabled"]:
+            return original(self, model_, inputs_)
+
+        def inner(gm: Any, example_inputs: Any) -> Any:
+            return original(self, gm, example_inputs)
+
+        return compile_dynamo_graph(model_, inputs_, inner).run
+
+    wrapper_class.__call__ = __call__
+    _state["installed"] = True
+
+
+def is_enabled() -> bool:
+    return bool(_state["enabled"])
+
+
+def set_enabled(enabled: bool) -> None:
+    if enabled:
+        _install()
+    _state["enabled"] = enabled
+
+
+def disable() -> None:
+    set_enabled(False)
+
+
+@contextlib.contextmanager
+def enable(enabled: bool = True) -> Iterator[None]:
+    previous = is_enabled()
+    set_enabled(enabled)
+    try:
+        yield
+    finally:
+        set_enabled(previous)
+
+
+def read_environment() -> None:
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        set_enabled(True)
