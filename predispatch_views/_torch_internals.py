@@ -41,10 +41,11 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 __all__ = [
+    "SET_GRAD_ENABLED",
     "FakeTensor",
     "FakeTensorMode",
     "FunctionalTensorMode",
-    "SET_GRAD_ENABLED",
+    "as_strided_output_regeneration",
     "detect_fake_mode",
     "enable_python_dispatcher",
     "from_fun",
@@ -57,7 +58,6 @@ __all__ = [
     "multi_output_view_optimization_disabled",
     "to_fun",
     "trace_pre_dispatch",
-    "as_strided_output_regeneration",
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled

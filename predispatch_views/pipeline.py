@@ -89,13 +89,14 @@ def compile_captured(
             inputs_alias=inputs_alias(example_inputs),
         )
         if isinstance(selection, Fallback):
-            return _fall_back(result, selection.reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
+            fallback = fallback_graph or pre_dispatch
+            return _fall_back(result, selection.reason, fallback, example_inputs, inner_fn, strict)
         result.selection = selection
         result.functional = functionalize_preserving_views(pre_dispatch, selection)
         result.sliced = slice_graph(result.functional)
     except StrictModeError:
         raise
-    except Exception as e:  # noqa: BLE001 - an engine limitation must never break a program stock compiles
+    except Exception as e:
         reason = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
         return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
 
@@ -115,7 +116,7 @@ def compile_dynamo_graph(
 
     try:
         pre_dispatch = capture_graph_module(gm, example_inputs)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if strict:
             raise
         return _fall_back(

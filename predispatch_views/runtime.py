@@ -90,7 +90,7 @@ def build_runtime(sliced: SlicedProgram, compiled_core: Callable[..., Any] | Non
     source = codegen.generate(sliced, call_core=compiled_core is not None)
     scope: dict[str, Any] = dict(codegen.globals)
     scope["_core"] = compiled_core
-    exec(compile(source, "<predispatch_views epilogue>", "exec"), scope)  # noqa: S102
+    exec(compile(source, "<predispatch_views epilogue>", "exec"), scope)
     run = scope["run"]
     run.source = source  # for explain() and debugging
     return run

@@ -1,0 +1,87 @@
+"""Each stage's graph for the seed program and for a mutation of the base before its views."""
+
+from __future__ import annotations
+
+import torch
+from expecttest import TestCase
+
+from predispatch_views.capture import capture_function
+from predispatch_views.pipeline import CompiledProgram, compile_captured
+
+
+def _compile(fn, *args) -> CompiledProgram:
+    graph, _ = capture_function(lambda *a: list(fn(*a)), list(args))
+    return compile_captured(graph, list(args), "aot_eager", strict=True)
+
+
+def seed(x):
+    intermediate = x.mul(2)
+    return intermediate.unbind(0)
+
+
+def mutate_then_view(x):
+    y = x.mul(2)
+    y.add_(1)
+    return y.unbind(0)
+
+
+class TestStages(TestCase):
+    def test_seed(self) -> None:
+        program = _compile(seed, torch.randn(3, 4, requires_grad=True))
+        self.assertExpectedInline(
+            program.functional.code.strip(),
+            """\
+def forward(self, arg0_1):
+    mul = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
+    unbind = torch.ops.aten.unbind.int(mul);  mul = None
+    getitem = unbind[0]
+    getitem_1 = unbind[1]
+    getitem_2 = unbind[2];  unbind = None
+    return [getitem, getitem_1, getitem_2]""",
+        )
+        self.assertExpectedInline(
+            program.sliced.core.code.strip(),
+            """\
+def forward(self, arg0_1):
+    mul = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
+    return (mul,)""",
+        )
+        self.assertExpectedInline(program.epilogue_source.strip(), """\
+def run(*args):
+    core = _core(*args)
+    v0 = core[0]
+    v1 = _op0(v0)
+    v2 = v1[0]
+    v3 = v1[1]
+    v4 = v1[2]
+    return (v2, v3, v4, )""")
+
+    def test_mutation_of_the_base_before_its_views(self) -> None:
+        program = _compile(mutate_then_view, torch.randn(3, 4, requires_grad=True))
+        self.assertExpectedInline(program.pre_dispatch.code.strip(), """\
+def forward(self, arg0_1):
+    mul = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
+    add_ = torch.ops.aten.add_.Tensor(mul, 1);  mul = None
+    unbind = torch.ops.aten.unbind.int(add_);  add_ = None
+    getitem = unbind[0]
+    getitem_1 = unbind[1]
+    getitem_2 = unbind[2];  unbind = None
+    return [getitem, getitem_1, getitem_2]""")
+        self.assertExpectedInline(program.functional.code.strip(), """\
+def forward(self, arg0_1):
+    mul = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
+    add = torch.ops.aten.add.Tensor(mul, 1);  mul = None
+    unbind = torch.ops.aten.unbind.int(add);  add = None
+    getitem = unbind[0]
+    getitem_1 = unbind[1]
+    getitem_2 = unbind[2];  unbind = None
+    return [getitem, getitem_1, getitem_2]""")
+        self.assertExpectedInline(program.epilogue_source.strip(), """\
+def run(*args):
+    core = _core(*args)
+    v0 = core[0]
+    v1 = _op0(v0)
+    v2 = v1[0]
+    v3 = v1[1]
+    v4 = v1[2]
+    return (v2, v3, v4, )""")
