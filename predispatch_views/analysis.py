@@ -18,6 +18,8 @@ The epilogue E is the smallest set that satisfies:
    the core must return, which is exactly what the design avoids.
 3. A mutation of a base after a view of it in E was taken (``outs = y.unbind(0); y.add_(1)``) is in E:
    eager then errors lazily on the outputs' grad_fn, and only eager replay reproduces that.
+4. If a node of E was created under a grad-mode change inside the graph (``with torch.no_grad(): y.unbind(0)``),
+   every grad-mode change is replayed too (CreationMeta NO_GRAD_MODE depends on it).
 Everything else is the core. A mutation of a base *before* its views are taken stays in the core: the core is
 functionalized and returns the mutated value, which the epilogue then views (see functionalize.py).
 Replaying E after the whole core is sound only if no core node reads a base after an E mutation of it, and
@@ -103,8 +105,9 @@ def select_epilogue(
                     pull(i)
                 changed = True
 
-    if (reason := _check_replay_order(nodes, order, root, epilogue, grad_enabled)) is not None:
+    if (reason := _check_replay_order(nodes, order, root, epilogue)) is not None:
         return Fallback(reason)
+    toggles = _grad_mode_changes_to_replay(nodes, epilogue, grad_enabled)
 
     tainted = _tainted(nodes, epilogue)
     duplicated: set[fx.Node] = set()
@@ -117,6 +120,8 @@ def select_epilogue(
             return Fallback(f"the compiled region reads {n.name}, produced by a mutation replayed in eager")
         duplicated.add(n)
         stack.extend(n.all_input_nodes)
+    epilogue |= toggles
+    duplicated |= toggles
 
     resolved: dict[fx.Node, fx.Node] = {}
     externals: list[fx.Node] = []
@@ -177,23 +182,14 @@ def _check_replay_order(
     order: dict[fx.Node, int],
     root: dict[fx.Node, fx.Node],
     epilogue: set[fx.Node],
-    grad_enabled: bool,
 ) -> str | None:
     """Replaying E after the whole core must not change what any node sees."""
     first_epilogue_mutation: dict[fx.Node, int] = {}
     for n in nodes:
         if n in epilogue and graph_ops.mutated_input(n) is not None:
             first_epilogue_mutation.setdefault(root[n], order[n])
-    grad = grad_enabled
     for n in nodes:
-        if graph_ops.is_grad_mode_change(n):
-            grad = bool(n.args[0])
-            continue
-        if n in epilogue:
-            if grad != grad_enabled and not graph_ops.is_sym(n):
-                return f"{n.name} is created under a grad-mode change inside the graph"
-            continue
-        if n.op == "output":
+        if n in epilogue or n.op == "output":
             continue
         for i in n.all_input_nodes:
             at = first_epilogue_mutation.get(root.get(i, i))
@@ -203,6 +199,24 @@ def _check_replay_order(
                     "and that mutation must be replayed in eager"
                 )
     return None
+
+
+def _grad_mode_changes_to_replay(
+    nodes: list[fx.Node], epilogue: set[fx.Node], grad_enabled: bool
+) -> set[fx.Node]:
+    """Views created under ``torch.no_grad()`` inside the graph need the same grad mode when replayed.
+
+    Then every grad-mode change is replayed in the epilogue too, in program order (and kept in the core for the
+    core's own nodes). A Dynamo or make_fx graph ends in the grad mode it started in, so the epilogue does too.
+    """
+    toggles = [n for n in nodes if graph_ops.is_grad_mode_change(n)]
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+        elif n in epilogue and grad != grad_enabled and not graph_ops.is_sym(n):
+            return set(toggles)
+    return set()
 
 
 def _resolve_input_mutation(n: fx.Node) -> fx.Node | None:

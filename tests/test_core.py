@@ -90,6 +90,13 @@ def _t(*shape: int) -> Callable[[], torch.Tensor]:
     return lambda: _leaf(*shape)
 
 
+def _views_under_no_grad(x):
+    y = x.mul(2)
+    with torch.no_grad():
+        z = y.unbind(0)
+    return z, y.split(1)
+
+
 PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]]]] = {
     "unbind_dim1": (lambda x: x.mul(2).unbind(1), _inputs(_t(3, 4))),
     "unbind_last": (lambda x: x.sin().unbind(-1), _inputs(_t(2, 3, 4))),
@@ -148,6 +155,7 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]]]] = {
         _inputs(_t(3, 3)),
     ),
     "expand_then_unbind": (lambda x: x.mul(2).expand(3, 4).unbind(0), _inputs(_t(4))),
+    "views_under_no_grad_inside_the_graph": (_views_under_no_grad, _inputs(_t(3, 2))),
 }
 
 
