@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .backend import BACKEND_NAME, backend, register
 from .compile_function import compile_function
+from .explain import explain
 from .flag import disable, enable, is_enabled, read_environment
 from .pipeline import FALLBACKS, CompiledProgram, StrictModeError
 
@@ -23,6 +24,7 @@ __all__ = [
     "compile_function",
     "disable",
     "enable",
+    "explain",
     "is_enabled",
 ]
 

@@ -1,0 +1,319 @@
+"""``explain(fn, *args)``: every stage's artifact for one program, and the autograd graph it produces.
+
+The stages are those of ``pipeline.compile_captured`` on the capture of ``fn`` (the no-Dynamo path of
+``compile_function``): the pre-dispatch graph, the view-preserving functional graph (epilogue nodes marked), the
+core graph handed to the inner backend, the epilogue (graph and the generated straight-line source), and the
+fallback reason if the program went to stock AOTAutograd. Then ``fn`` is run under eager, stock
+(``torch.compile(fn, backend=inner)``) and the explained program, and the autograd graph of the outputs is
+summarized: node counts by type, reachable from the outputs' ``grad_fn`` (``AccumulateGrad`` excluded), and
+whether the outputs are views of a shared base.
+
+Each run gets its own copies of the tensor arguments (``detach().clone()``, ``requires_grad`` kept), so a
+program that mutates its inputs does not see the previous run's mutations. If tensor arguments alias each other
+they are passed as given instead, so that the aliasing the pipeline sees is preserved.
+
+Command line: ``python -m predispatch_views explain MODULE:FUNCTION --args "randn(50, 50, requires_grad=True)"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch import fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from .capture import capture_function
+from .functionalize import EPILOGUE_TAG
+from .pipeline import CompiledProgram, InnerBackend, compile_captured
+
+__all__ = ["AutogradSummary", "Explanation", "add_explain_arguments", "explain", "render_graph"]
+
+
+@dataclass(frozen=True)
+class AutogradSummary:
+    """The autograd graph the outputs of one strategy carry."""
+
+    label: str
+    # Autograd node type -> count, over the nodes reachable from the outputs' grad_fn (AccumulateGrad
+    # excluded), in the order a breadth-first walk from the outputs first meets each type.
+    node_counts: dict[str, int] = field(default_factory=dict)
+    n_outputs: int = 0  # tensor outputs
+    n_views: int = 0  # tensor outputs that are views (``_is_view()``)
+    n_bases: int = 0  # distinct ``_base`` among those views
+    grad_fn_raises: int = 0  # outputs whose ``grad_fn`` access raises (eager does that lazily, by design)
+    error: str | None = None  # the strategy itself raised
+
+    def render(self) -> str:
+        if self.error is not None:
+            return f"raised {self.error}"
+        views = f"{self.n_views} views of {self.n_bases} base{'s' if self.n_bases != 1 else ''}"
+        text = f"{json.dumps(self.node_counts)}; {self.n_outputs} outputs, {views if self.n_views else '0 views'}"
+        if self.grad_fn_raises:
+            text += f"; grad_fn raises on {self.grad_fn_raises}"
+        return text
+
+
+@dataclass
+class Explanation:
+    """What ``explain`` found. Graphs are kept as GraphModules; ``str()`` renders the report."""
+
+    name: str
+    inner: str
+    program: CompiledProgram
+    autograd: dict[str, AutogradSummary]  # "eager", "stock", "prototype"
+
+    @property
+    def pre_dispatch(self) -> fx.GraphModule | None:
+        return self.program.pre_dispatch
+
+    @property
+    def functional(self) -> fx.GraphModule | None:
+        return self.program.functional
+
+    @property
+    def core(self) -> fx.GraphModule | None:
+        return None if self.program.sliced is None else self.program.sliced.core
+
+    @property
+    def core_is_empty(self) -> bool:
+        return self.program.sliced is not None and self.program.sliced.core_is_empty
+
+    @property
+    def epilogue(self) -> fx.GraphModule | None:
+        return None if self.program.sliced is None else self.program.sliced.epilogue
+
+    @property
+    def epilogue_source(self) -> str | None:
+        return self.program.epilogue_source
+
+    @property
+    def fallback_reasons(self) -> list[str]:
+        return [] if self.program.fallback_reason is None else [self.program.fallback_reason]
+
+    def sections(self) -> dict[str, str]:
+        """Section title -> body, in the order the report prints them."""
+        fell_back = "(none: the program fell back to stock AOTAutograd)"
+        out: dict[str, str] = {}
+        out["pre-dispatch graph"] = render_graph(self.pre_dispatch) if self.pre_dispatch else "(not captured)"
+        out["view-preserving functional graph (# epilogue: replayed in eager)"] = (
+            render_graph(self.functional, mark_epilogue=True) if self.functional is not None else fell_back
+        )
+        core_title = f"core graph (handed to {self.inner})"
+        if self.core is None:
+            out[core_title] = fell_back
+        elif self.core_is_empty:
+            out[core_title] = render_graph(self.core) + "\n(empty: not compiled, the epilogue reads the inputs)"
+        else:
+            out[core_title] = render_graph(self.core)
+        out["epilogue graph"] = render_graph(self.epilogue) if self.epilogue is not None else fell_back
+        out["epilogue source (run on every call)"] = (
+            self.epilogue_source.rstrip() if self.epilogue_source is not None else fell_back
+        )
+        out["fallback reasons"] = "\n".join(self.fallback_reasons) or "none"
+        width = max((len(k) for k in self.autograd), default=0) + 1
+        out["autograd graph of the outputs (node counts by type, AccumulateGrad excluded)"] = "\n".join(
+            f"{(k + ':').ljust(width)} {s.render()}" for k, s in self.autograd.items()
+        )
+        return out
+
+    def __str__(self) -> str:
+        parts = [f"explain {self.name} (inner backend: {self.inner})"]
+        for i, (title, body) in enumerate(self.sections().items(), 1):
+            parts.append(f"== {i}. {title} ==\n{body}")
+        return "\n\n".join(parts) + "\n"
+
+
+def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager", **kwargs: Any) -> Explanation:
+    """Compile ``fn`` for these arguments with the prototype and report every stage (see the module doc)."""
+    flat, in_spec = pytree.tree_flatten((args, kwargs))
+    tensor_positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
+    tensors = [flat[i] for i in tensor_positions]
+
+    def calling(f: Callable[..., Any]) -> Callable[[Sequence[torch.Tensor]], Any]:
+        def call(tensor_args: Sequence[torch.Tensor]) -> Any:
+            values = list(flat)
+            for i, t in zip(tensor_positions, tensor_args):
+                values[i] = t
+            a, kw = pytree.tree_unflatten(values, in_spec)
+            return f(*a, **kw)
+
+        return call
+
+    eager = calling(fn)
+
+    def flat_fn(*tensor_args: torch.Tensor) -> list[Any]:
+        return pytree.tree_leaves(eager(tensor_args))
+
+    graph, _ = capture_function(flat_fn, tensors)
+    program = compile_captured(graph, tensors, inner)
+    inner_name = inner if isinstance(inner, str) else getattr(inner, "__name__", repr(inner))
+    runs: dict[str, Callable[[Sequence[torch.Tensor]], Any]] = {
+        "eager": eager,
+        f"stock[{inner_name}]": calling(torch.compile(fn, backend=inner, dynamic=False)),
+        f"prototype[{inner_name}]": lambda t: program.run(*t),
+    }
+    autograd = {label: _summarize(label, run, tensors) for label, run in runs.items()}
+    return Explanation(getattr(fn, "__name__", repr(fn)), inner_name, program, autograd)
+
+
+def _copies(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    storages = {StorageWeakRef(t.untyped_storage()) for t in tensors}
+    if len(storages) < len(tensors):
+        return list(tensors)
+    return [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+
+
+def _summarize(
+    label: str, run: Callable[[Sequence[torch.Tensor]], Any], tensors: Sequence[torch.Tensor]
+) -> AutogradSummary:
+    try:
+        outs = [o for o in pytree.tree_leaves(run(_copies(tensors))) if isinstance(o, torch.Tensor)]
+    except Exception as e:  # the strategy's failure is part of the explanation
+        return AutogradSummary(label, error=_describe(e))
+    counts: collections.Counter[str] = collections.Counter()
+    order: list[str] = []
+    seen: set[Any] = set()
+    queue: collections.deque[Any] = collections.deque()
+    raises = 0
+    for o in outs:
+        try:
+            queue.append(o.grad_fn)
+        except RuntimeError:  # a view whose base was mutated after it was taken: eager errors lazily
+            raises += 1
+    while queue:
+        node = queue.popleft()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        name = type(node).__name__
+        if name != "AccumulateGrad":
+            if name not in counts:
+                order.append(name)
+            counts[name] += 1
+        queue.extend(f for f, _ in node.next_functions)
+    views = [o for o in outs if o._is_view()]
+    bases = {id(o._base) for o in views}
+    return AutogradSummary(
+        label,
+        node_counts={name: counts[name] for name in order},
+        n_outputs=len(outs),
+        n_views=len(views),
+        n_bases=len(bases),
+        grad_fn_raises=raises,
+    )
+
+
+def _describe(e: Exception) -> str:
+    """The exception in one line: Dynamo's BackendCompilerFailed keeps the inner error on its second line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("Set TORCHDYNAMO_VERBOSE", "For even more"))]
+    return f"{type(e).__name__}: {' '.join(lines)}"
+
+
+_DELETES = re.compile(r";\s+[\w\s=]+ = None$")
+_DEFINED = re.compile(r"^\s*(\w+)(?::| =)")
+
+
+def render_graph(gm: fx.GraphModule, *, mark_epilogue: bool = False) -> str:
+    """``print_readable`` without the class line, comments and ``x = None`` deletions; shapes kept."""
+    text = gm.print_readable(print_output=False, include_stride=False, include_device=False)
+    tagged = {n.name for n in gm.graph.nodes if n.meta.get(EPILOGUE_TAG)} if mark_epilogue else set()
+    lines = []
+    for line in text.splitlines()[1:]:
+        if not line.strip() or line.strip().startswith("#"):
+            continue
+        line = _DELETES.sub("", line.rstrip())
+        line = line[4:] if line.startswith("    ") else line
+        defined = _DEFINED.match(line)
+        if defined and defined.group(1) in tagged:
+            line += "  # epilogue"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+# --- command line -------------------------------------------------------------------------------------------
+
+_FACTORIES = [
+    "arange",
+    "empty",
+    "eye",
+    "full",
+    "linspace",
+    "ones",
+    "rand",
+    "randint",
+    "randn",
+    "randperm",
+    "tensor",
+    "zeros",
+    "empty_like",
+    "full_like",
+    "ones_like",
+    "rand_like",
+    "randn_like",
+    "zeros_like",
+]
+_DTYPES = [
+    "bfloat16",
+    "bool",
+    "complex64",
+    "complex128",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+]
+
+
+def parse_args_expression(text: str) -> list[Any]:
+    """``"randn(3, 4, requires_grad=True), ones(2)"`` -> the values, with torch's factories in scope."""
+    scope: dict[str, Any] = {name: getattr(torch, name) for name in _FACTORIES}
+    scope.update({name: getattr(torch, name) for name in _DTYPES})
+    scope["torch"] = torch
+    scope["__builtins__"] = {"range": range, "list": list, "tuple": tuple, "int": int, "float": float}
+    if not text.strip():
+        return []
+    return list(eval(f"({text},)", scope))
+
+
+def load_function(spec: str) -> Callable[..., Any]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"expected MODULE:FUNCTION, got {spec!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mypkg.models:f")
+    parser.add_argument(
+        "--args",
+        default="",
+        help='comma-separated expressions with torch factories in scope, e.g. "randn(50, 50, requires_grad=True)"',
+    )
+    parser.add_argument("--inner", default="aot_eager", help="inner backend for the core and for stock")
+    parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before evaluating --args")
+    parser.set_defaults(run=run_explain)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    fn = load_function(args.function)
+    torch.manual_seed(args.seed)
+    values = parse_args_expression(args.args)
+    print(explain(fn, *values, inner=args.inner), end="")
+    return 0
