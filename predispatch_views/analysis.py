@@ -22,8 +22,9 @@ The epilogue E is the smallest set that satisfies:
    every grad-mode change is replayed too (CreationMeta NO_GRAD_MODE depends on it).
 Everything else is the core. A mutation of a base *before* its views are taken stays in the core: the core is
 functionalized and returns the mutated value, which the epilogue then views (see functionalize.py).
-Replaying E after the whole core is sound only if no core node reads a base after an E mutation of it, and
-no core node needs a value produced by an E mutation; otherwise the program falls back (reasons below).
+Replaying E after the whole core is sound only if no core node reads a base after an E data mutation of it,
+and no core node needs a value produced by an E data mutation; otherwise the program falls back. A metadata
+mutation in E that the core also needs is given to the core as its out-of-place view (``t_`` -> ``t``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ def select_epilogue(
             continue
         if n in tainted:
             return Fallback(f"the compiled region reads {n.name}, produced by a mutation replayed in eager")
+        if graph_ops.is_metadata_mutation(n) and graph_ops.out_of_place_view(n.target) is None:
+            return Fallback(f"the compiled region reads {n.name} and {graph_ops.op_name(n)} has no view form")
         duplicated.add(n)
         stack.extend(n.all_input_nodes)
     epilogue |= toggles
@@ -167,12 +170,14 @@ def _sym_from_inputs(nodes: list[fx.Node]) -> set[fx.Node]:
 
 
 def _tainted(nodes: list[fx.Node], epilogue: set[fx.Node]) -> set[fx.Node]:
-    """Epilogue nodes whose value depends on a mutation replayed in eager."""
+    """Epilogue nodes whose value depends on a data mutation replayed in eager.
+
+    A metadata mutation (t_, unsqueeze_) does not taint: the core computes the same value with the
+    out-of-place view (t, unsqueeze); see functionalize._core_graph.
+    """
     tainted: set[fx.Node] = set()
     for n in nodes:
-        if n in epilogue and (
-            graph_ops.mutated_input(n) is not None or any(i in tainted for i in n.all_input_nodes)
-        ):
+        if n in epilogue and (graph_ops.is_data_mutation(n) or any(i in tainted for i in n.all_input_nodes)):
             tainted.add(n)
     return tainted
 
@@ -186,7 +191,7 @@ def _check_replay_order(
     """Replaying E after the whole core must not change what any node sees."""
     first_epilogue_mutation: dict[fx.Node, int] = {}
     for n in nodes:
-        if n in epilogue and graph_ops.mutated_input(n) is not None:
+        if n in epilogue and graph_ops.is_data_mutation(n):
             first_epilogue_mutation.setdefault(root[n], order[n])
     for n in nodes:
         if n in epilogue or n.op == "output":

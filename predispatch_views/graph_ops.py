@@ -99,6 +99,24 @@ def is_metadata_mutation(node: fx.Node) -> bool:
     return op is not None and torch.Tag.inplace_view in op.tags
 
 
+def out_of_place_view(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The view op with the same arguments as a metadata mutation: t_ -> t, transpose_ -> transpose.int."""
+    name = op._schema.name.split("::")[-1]
+    packet = getattr(aten, name.rstrip("_"), None)
+    if not name.endswith("_") or packet is None:
+        return None
+    wanted = [str(a.type) for a in op._schema.arguments]
+    for overload in packet.overloads():
+        candidate = getattr(packet, overload)
+        if [str(a.type) for a in candidate._schema.arguments] == wanted:
+            return candidate
+    return None
+
+
+def is_data_mutation(node: fx.Node) -> bool:
+    return mutated_input(node) is not None and not is_metadata_mutation(node)
+
+
 def is_storage_mutation(node: fx.Node) -> bool:
     op = _overload(node)
     return op is not None and op._schema.name.split("::")[-1] in _STORAGE_MUTATIONS

@@ -97,6 +97,32 @@ def _views_under_no_grad(x):
     return z, y.split(1)
 
 
+def _t_then_unbind(x):
+    y = x.mul(2)
+    y.t_()
+    return y.unbind(0)
+
+
+def _transpose_view_and_sum(x):
+    y = x.mul(2)
+    v = y.view(-1, 2)
+    v.transpose_(0, 1)
+    return v, y.sum()
+
+
+def _unbind_then_t(x):
+    y = x.mul(2)
+    outs = y.unbind(0)
+    y.t_()
+    return outs
+
+
+def _unsqueeze_sum_unbind(x):
+    y = x.mul(2)
+    y.unsqueeze_(0)
+    return y.unbind(1), y.sum()
+
+
 PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]]]] = {
     "unbind_dim1": (lambda x: x.mul(2).unbind(1), _inputs(_t(3, 4))),
     "unbind_last": (lambda x: x.sin().unbind(-1), _inputs(_t(2, 3, 4))),
@@ -156,6 +182,10 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]]]] = {
     ),
     "expand_then_unbind": (lambda x: x.mul(2).expand(3, 4).unbind(0), _inputs(_t(4))),
     "views_under_no_grad_inside_the_graph": (_views_under_no_grad, _inputs(_t(3, 2))),
+    "metadata_mutation_of_base_before_views": (_t_then_unbind, _inputs(_t(3, 4))),
+    "metadata_mutation_of_a_view_read_by_compute": (_transpose_view_and_sum, _inputs(_t(3, 4))),
+    "metadata_mutation_after_views": (_unbind_then_t, _inputs(_t(3, 4))),
+    "metadata_mutation_read_by_compute_and_views": (_unsqueeze_sum_unbind, _inputs(_t(3, 4))),
 }
 
 
@@ -169,6 +199,12 @@ def test_program_matches_eager(name: str) -> None:
 def test_program_matches_eager_without_dynamo(name: str) -> None:
     fn, make_inputs = PROGRAMS[name]
     assert_matches_eager(fn, function_aot_eager(fn), make_inputs)
+
+
+@pytest.mark.parametrize("name", ["input_mutated_then_viewed", "mutation_after_views_are_taken", "split"])
+def test_program_matches_eager_with_inductor_inside(name: str) -> None:
+    fn, make_inputs = PROGRAMS[name]
+    assert_matches_eager(fn, torch.compile(fn, backend=pv.backend("inductor", strict=True)), make_inputs)
 
 
 def test_no_as_strided_for_a_view_input() -> None:
