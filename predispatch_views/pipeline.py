@@ -114,6 +114,9 @@ def compile_dynamo_graph(
     """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its fake inputs."""
     from .capture import capture_graph_module
 
+    if not _may_return_views(gm):
+        # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
+        return CompiledProgram(run=resolve_inner(inner)(gm, list(example_inputs)), notes=["no view outputs"])
     try:
         pre_dispatch = capture_graph_module(gm, example_inputs)
     except Exception as e:
@@ -128,6 +131,20 @@ def compile_dynamo_graph(
             strict,
         )
     return compile_captured(pre_dispatch, example_inputs, inner, fallback_graph=gm, strict=strict)
+
+
+def _may_return_views(gm: fx.GraphModule) -> bool:
+    """False only when Dynamo's example values prove that no output is a view (or an input)."""
+    placeholders = set(gm.graph.find_nodes(op="placeholder"))
+    for arg in fx.node.map_aggregate(gm.graph.output_node().args[0], lambda a: a) or ():
+        if not isinstance(arg, fx.Node):
+            continue
+        value = arg.meta.get("example_value")
+        if arg in placeholders or value is None:
+            return True
+        if isinstance(value, torch.Tensor) and value._is_view():
+            return True
+    return False
 
 
 def _fall_back(
