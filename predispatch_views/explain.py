@@ -33,7 +33,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .capture import capture_function
 from .functionalize import EPILOGUE_TAG
-from .pipeline import CompiledProgram, InnerBackend, compile_captured
+from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, compile_captured
 
 __all__ = ["AutogradSummary", "Explanation", "add_explain_arguments", "explain", "render_graph"]
 
@@ -69,7 +69,11 @@ class Explanation:
     name: str
     inner: str
     program: CompiledProgram
-    autograd: dict[str, AutogradSummary]  # "eager", "stock", "prototype"
+    autograd: dict[str, AutogradSummary]  # "eager", "stock[inner]", "prototype[inner]"
+    # Reasons the pipeline logged while compiling this program (see pipeline.FALLBACKS).
+    logged_fallbacks: list[str] = field(default_factory=list)
+    # compile_captured itself raised: a fallback to stock AOTAutograd fails where stock fails.
+    compile_error: str | None = None
 
     @property
     def pre_dispatch(self) -> fx.GraphModule | None:
@@ -97,11 +101,16 @@ class Explanation:
 
     @property
     def fallback_reasons(self) -> list[str]:
-        return [] if self.program.fallback_reason is None else [self.program.fallback_reason]
+        reasons = [] if self.program.fallback_reason is None else [self.program.fallback_reason]
+        return reasons + [r for r in self.logged_fallbacks if r not in reasons]
 
     def sections(self) -> dict[str, str]:
         """Section title -> body, in the order the report prints them."""
-        fell_back = "(none: the program fell back to stock AOTAutograd)"
+        fell_back = (
+            "(none: the program fell back to stock AOTAutograd)"
+            if self.fallback_reasons
+            else "(none: compiling raised, see the fallback reasons)"
+        )
         out: dict[str, str] = {}
         out["pre-dispatch graph"] = render_graph(self.pre_dispatch) if self.pre_dispatch else "(not captured)"
         out["view-preserving functional graph (# epilogue: replayed in eager)"] = (
@@ -118,7 +127,10 @@ class Explanation:
         out["epilogue source (run on every call)"] = (
             self.epilogue_source.rstrip() if self.epilogue_source is not None else fell_back
         )
-        out["fallback reasons"] = "\n".join(self.fallback_reasons) or "none"
+        fallbacks = self.fallback_reasons
+        if self.compile_error is not None:
+            fallbacks = [*fallbacks, f"compiling raised {self.compile_error}"]
+        out["fallback reasons"] = "\n".join(fallbacks) or "none"
         width = max((len(k) for k in self.autograd), default=0) + 1
         out["autograd graph of the outputs (node counts by type, AccumulateGrad excluded)"] = "\n".join(
             f"{(k + ':').ljust(width)} {s.render()}" for k, s in self.autograd.items()
@@ -153,8 +165,20 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
     def flat_fn(*tensor_args: torch.Tensor) -> list[Any]:
         return pytree.tree_leaves(eager(tensor_args))
 
-    graph, _ = capture_function(flat_fn, tensors)
-    program = compile_captured(graph, tensors, inner)
+    logged_before = {id(entry) for entry in FALLBACKS}
+    compile_error = None
+    try:
+        graph, _ = capture_function(flat_fn, tensors)
+    except Exception as e:  # the program cannot be traced (often: eager raises too)
+        compile_error = f"in the pre-dispatch capture: {_describe(e)}"
+        program = CompiledProgram(run=_raise(e))
+    else:
+        try:
+            program = compile_captured(graph, tensors, inner)
+        except Exception as e:  # e.g. the fallback to stock fails to compile, as stock does
+            compile_error = _describe(e)
+            program = CompiledProgram(run=_raise(e), pre_dispatch=graph)
+    logged = [reason for entry in FALLBACKS if id(entry) not in logged_before for reason in entry[1:]]
     inner_name = inner if isinstance(inner, str) else getattr(inner, "__name__", repr(inner))
     runs: dict[str, Callable[[Sequence[torch.Tensor]], Any]] = {
         "eager": eager,
@@ -162,7 +186,14 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
         f"prototype[{inner_name}]": lambda t: program.run(*t),
     }
     autograd = {label: _summarize(label, run, tensors) for label, run in runs.items()}
-    return Explanation(getattr(fn, "__name__", repr(fn)), inner_name, program, autograd)
+    return Explanation(getattr(fn, "__name__", repr(fn)), inner_name, program, autograd, logged, compile_error)
+
+
+def _raise(error: Exception) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        raise error
+
+    return run
 
 
 def _copies(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:

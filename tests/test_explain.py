@@ -171,6 +171,22 @@ prototype[aot_eager]: {"UnbindBackward0": 1, "CompiledFunctionBackward": 1}; 3 o
 """,
         )
 
+    def test_fallback_is_explained(self) -> None:
+        def resize_then_split(x):
+            y = x.mul(2)
+            y.resize_(12)
+            return y.split(4)
+
+        e = explain(resize_then_split, torch.randn(3, 4))
+        self.assertIsNone(e.functional)
+        sections = e.sections()
+        self.assertExpectedInline(
+            "\n".join(f"{k}: {sections[k]}" for k in ("core graph (handed to aot_eager)", "fallback reasons")),
+            """\
+core graph (handed to aot_eager): (none: the program fell back to stock AOTAutograd)
+fallback reasons: aten.resize_.default changes a tensor's storage (resize_)""",
+        )
+
     def test_sections_are_kept_as_graph_modules(self) -> None:
         e = explain(seed, torch.randn(5, 2, requires_grad=True))
         for gm in (e.pre_dispatch, e.functional, e.core, e.epilogue):
