@@ -1,0 +1,248 @@
+"""The eager-parity suite: every case under every strategy, every probe compared with eager.
+
+For each case and strategy: ``torch._dynamo.reset()``, make the callable, run every probe on fresh calls, count
+the autograd nodes reachable from the outputs, and (prototype) collect the fallbacks it logged. Nothing a
+strategy does (raising at compile or at run time) stops the harness: it is recorded and compared with eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import pipeline
+from . import report
+from .cases import Case, by_name, select_cases
+from .probes import PROBES, Raised, Subject, attempt, autograd_nodes, first_difference
+from .strategies import Strategy, all_strategies
+
+# --quick: every case under aot_eager; inductor (slow to compile on 2 CPUs) only on these.
+QUICK_INDUCTOR_CASES = (
+    "unbind_dim0",
+    "mutate_intermediate_after",
+    "intermediate_with_views",
+    "module_linear_chunk_qkv",
+)
+
+
+@dataclass
+class Divergence:
+    path: str
+    expected: Any
+    actual: Any
+
+
+@dataclass
+class CaseRun:
+    """One case under one strategy."""
+
+    case: Case
+    strategy: Strategy
+    observations: dict[str, Any] = field(default_factory=dict)
+    nodes: collections.Counter[str] | Raised = field(default_factory=collections.Counter)
+    fallbacks: list[tuple[str, str]] = field(default_factory=list)
+    # Per probe, the first difference from eager; None where it matches (eager's own run has none).
+    divergences: dict[str, Divergence | None] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def matched(self) -> int:
+        return sum(d is None for d in self.divergences.values())
+
+
+@dataclass
+class ParityResults:
+    cases: list[Case]
+    strategies: list[Strategy]
+    runs: dict[tuple[str, str], CaseRun]  # (case name, strategy label)
+    seconds: float
+
+    def run(self, case: str, strategy: str) -> CaseRun | None:
+        return self.runs.get((case, strategy))
+
+
+@contextlib.contextmanager
+def _isolated() -> Iterator[None]:
+    """Quiet logs, and no AOTAutograd cache.
+
+    Fallback reasons are read from FALLBACKS; Dynamo's recompile and graph-break chatter is not the report. The
+    AOTAutograd cache keys an artifact by its graph, not by the patches stock_no_fix and legacy_as_strided apply
+    while compiling: with it on, those strategies replay stock's cached artifact under inductor.
+    """
+    loggers = [logging.getLogger(n) for n in ("predispatch_views", "torch._dynamo", "torch._inductor")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def run_case(case: Case, strategy: Strategy, device: str = "cpu") -> CaseRun:
+    """Every probe of one case under one strategy (not yet compared with eager)."""
+    torch._dynamo.reset()
+    pipeline.FALLBACKS.clear()
+    result = CaseRun(case, strategy)
+    start = time.perf_counter()
+    with _isolated():
+        program = attempt(lambda: strategy.make(case.program(device)))
+        for name, probe in PROBES.items():
+            if isinstance(program, Raised):
+                result.observations[name] = program
+                continue
+            result.observations[name] = attempt(lambda probe=probe: probe(Subject(program, case, device).call))
+        result.nodes = program if isinstance(program, Raised) else autograd_nodes(Subject(program, case, device))
+    result.fallbacks = list(pipeline.FALLBACKS)
+    result.seconds = time.perf_counter() - start
+    torch._dynamo.reset()
+    return result
+
+
+def compare(reference: CaseRun, run: CaseRun) -> None:
+    """Fill ``run.divergences`` against eager's run of the same case."""
+    for name in PROBES:
+        diff = first_difference(reference.observations[name], run.observations[name])
+        run.divergences[name] = None if diff is None else Divergence(*diff)
+
+
+# What a worker process sends back for one case under one strategy (Case and Strategy hold lambdas).
+_Record = tuple[str, dict[str, Any], Any, list[tuple[str, str]], float]
+
+
+def _run_case_group(case_name: str, labels: Sequence[str], inners: tuple[str, ...], device: str) -> list[_Record]:
+    """One case under several strategies; runs in a worker process, so it takes and returns names."""
+    case = by_name(case_name)
+    strategies = {s.label: s for s in all_strategies(inners)}
+    records = []
+    for label in labels:
+        r = run_case(case, strategies[label], device)
+        records.append((label, _portable(r.observations), r.nodes, r.fallbacks, r.seconds))
+    return records
+
+
+def _portable(observation: Any) -> Any:
+    """Detached CPU copies of every tensor: an observation must cross a process boundary."""
+    if isinstance(observation, torch.Tensor):
+        return observation.detach().cpu()
+    if isinstance(observation, dict):
+        return {k: _portable(v) for k, v in observation.items()}
+    if isinstance(observation, (list, tuple)):
+        return type(observation)(_portable(v) for v in observation)
+    return observation
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)  # the workers share the cores
+
+
+def default_jobs() -> int:
+    value = os.environ.get("PREDISPATCH_VIEWS_PARITY_JOBS")
+    return int(value) if value else min(4, os.cpu_count() or 1)
+
+
+def run_parity(
+    cases: Sequence[Case],
+    strategies: Sequence[Strategy],
+    device: str = "cpu",
+    *,
+    only: dict[str, set[str]] | None = None,
+    jobs: int = 1,
+    progress: bool = False,
+) -> ParityResults:
+    """Run and compare. ``only`` restricts a strategy label to some case names (quick mode's inductor).
+
+    ``jobs > 1`` spreads the cases over spawned worker processes: compiling dominates and is single-threaded.
+    """
+    eager = next(s for s in strategies if s.inner is None)
+    by_label = {s.label: s for s in strategies}
+    inners = tuple(dict.fromkeys(s.inner for s in strategies if s.inner is not None))
+    groups = {
+        case.name: [
+            s.label for s in strategies if not (only and s.label in only and case.name not in only[s.label])
+        ]
+        for case in cases
+    }
+    start = time.perf_counter()
+    records: dict[str, list[_Record]] = {}
+    if jobs <= 1:
+        for k, case in enumerate(cases):
+            records[case.name] = _run_case_group(case.name, groups[case.name], inners, device)
+            if progress:
+                print(f"  [{k + 1}/{len(cases)}] {case.name}", file=sys.stderr, flush=True)
+    else:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        context = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+            futures = {
+                pool.submit(_run_case_group, case.name, groups[case.name], inners, device): case.name
+                for case in sorted(cases, key=lambda c: -len(groups[c.name]))
+            }
+            for k, future in enumerate(as_completed(futures)):
+                name = futures[future]
+                try:
+                    records[name] = future.result()
+                except Exception as e:  # a crashed worker is recorded, not a crash of the harness
+                    failure = Raised.of(e)
+                    records[name] = [
+                        (label, dict.fromkeys(PROBES, failure), failure, [], 0.0) for label in groups[name]
+                    ]
+                if progress:
+                    print(f"  [{k + 1}/{len(cases)}] {name}", file=sys.stderr, flush=True)
+
+    runs: dict[tuple[str, str], CaseRun] = {}
+    for case in cases:
+        made = {
+            label: CaseRun(case, by_label[label], obs, nodes, fallbacks, seconds=seconds)
+            for label, obs, nodes, fallbacks, seconds in records[case.name]
+        }
+        reference = made[eager.label]
+        for label in (s.label for s in strategies):
+            if label in made:
+                compare(reference, made[label])
+                runs[case.name, label] = made[label]
+    return ParityResults(list(cases), list(strategies), runs, time.perf_counter() - start)
+
+
+def plan(args: argparse.Namespace) -> tuple[list[Case], list[Strategy], dict[str, set[str]]]:
+    """Cases, strategies, and per-strategy case restrictions for the CLI's arguments."""
+    inners = tuple(args.inners)
+    cases = select_cases(slow=bool(getattr(args, "slow", False)), pattern=getattr(args, "cases", None))
+    strategies = all_strategies(inners)
+    only: dict[str, set[str]] = {}
+    if getattr(args, "quick", False):
+        for s in strategies:
+            if s.inner not in (None, "aot_eager"):
+                only[s.label] = set(QUICK_INDUCTOR_CASES)
+    return cases, strategies, only
+
+
+def run_parity_section(args: argparse.Namespace, out_dir: Path) -> str:
+    """What ``compare`` runs: print the tables, write parity.md and parity.csv, return the Markdown section."""
+    cases, strategies, only = plan(args)
+    print(f"parity: {len(cases)} cases x {len(strategies)} strategies on {args.device}", flush=True)
+    results = run_parity(cases, strategies, args.device, only=only, jobs=default_jobs(), progress=True)
+    print(report.text_table(results))
+    print(report.text_fallbacks(results))
+    if getattr(args, "show_divergences", False):
+        print(report.text_divergences(results))
+    markdown = report.markdown(results, show_divergences=bool(getattr(args, "show_divergences", False)))
+    (out_dir / "parity.md").write_text(markdown)
+    report.write_csv(results, out_dir / "parity.csv")
+    print(f"parity: {results.seconds:.0f} s; wrote {out_dir / 'parity.md'} and {out_dir / 'parity.csv'}")
+    return markdown

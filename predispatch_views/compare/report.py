@@ -1,0 +1,233 @@
+"""Rendering parity results: a plain-text table, Markdown (parity.md) and CSV (parity.csv)."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .probes import PROBES, Raised, describe
+
+if TYPE_CHECKING:
+    from .parity import CaseRun, ParityResults
+
+AS_STRIDED = "AsStridedBackward0"
+
+
+@dataclass(frozen=True)
+class Summary:
+    label: str
+    matched: int
+    total: int
+    cases_diverging: int
+    cases: int
+    as_strided: int
+    nodes: int
+    eager_nodes: int
+    same_node_types: int  # cases whose reachable autograd nodes are eager's, type for type
+    fallback_cases: int
+
+
+def _node_count(nodes: Counter[str] | Raised) -> int:
+    return 0 if isinstance(nodes, Raised) else sum(nodes.values())
+
+
+def summarize(results: ParityResults) -> list[Summary]:
+    out = []
+    for s in results.strategies:
+        runs = [r for c in results.cases if (r := results.run(c.name, s.label)) is not None]
+        eager = [results.run(r.case.name, results.strategies[0].label) for r in runs]
+        out.append(
+            Summary(
+                label=s.label,
+                matched=sum(r.matched for r in runs),
+                total=sum(len(r.divergences) for r in runs),
+                cases_diverging=sum(r.matched < len(r.divergences) for r in runs),
+                cases=len(runs),
+                as_strided=sum(0 if isinstance(r.nodes, Raised) else r.nodes[AS_STRIDED] for r in runs),
+                nodes=sum(_node_count(r.nodes) for r in runs),
+                eager_nodes=sum(_node_count(e.nodes) for e in eager if e is not None),
+                same_node_types=sum(e is not None and r.nodes == e.nodes for r, e in zip(runs, eager)),
+                fallback_cases=sum(bool(r.fallbacks) for r in runs),
+            )
+        )
+    return out
+
+
+HEADERS = (
+    "strategy",
+    "probes matched",
+    "cases diverging",
+    "AsStridedBackward0",
+    "autograd nodes (eager)",
+    "cases with eager's node types",
+    "fallback cases",
+)
+
+
+def _rows(results: ParityResults) -> list[tuple[str, ...]]:
+    return [
+        (
+            s.label,
+            f"{s.matched}/{s.total}",
+            f"{s.cases_diverging}/{s.cases}",
+            str(s.as_strided),
+            f"{s.nodes} ({s.eager_nodes})",
+            f"{s.same_node_types}/{s.cases}",
+            str(s.fallback_cases) if s.label.startswith("prototype") else "-",
+        )
+        for s in summarize(results)
+    ]
+
+
+def _case_matrix(results: ParityResults) -> tuple[list[str], list[list[str]]]:
+    """Per case, per strategy: probes matched (with an F when the prototype fell back)."""
+    labels = [s.label for s in results.strategies[1:]]
+    rows = []
+    for c in results.cases:
+        row = [c.name]
+        for label in labels:
+            r = results.run(c.name, label)
+            if r is None:
+                row.append("")
+                continue
+            cell = f"{r.matched}/{len(r.divergences)}"
+            row.append(cell + (" F" if r.fallbacks else ""))
+        rows.append(row)
+    return ["case", *labels], rows
+
+
+def _text(headers: tuple[str, ...] | list[str], rows: list[tuple[str, ...]] | list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    body = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in rows]
+    return "\n".join([line, "-" * len(line), *body])
+
+
+def _markdown(headers: tuple[str, ...] | list[str], rows: list[tuple[str, ...]] | list[list[str]]) -> str:
+    def cells(row: tuple[str, ...] | list[str]) -> str:
+        return "| " + " | ".join(str(x).replace("|", "\\|") for x in row) + " |"
+
+    return "\n".join([cells(headers), "|" + "---|" * len(headers), *(cells(r) for r in rows)])
+
+
+def text_table(results: ParityResults) -> str:
+    n = len(results.cases)
+    title = f"Parity with eager: {n} cases x {len(PROBES)} probes ({', '.join(PROBES)})"
+    headers, rows = _case_matrix(results)
+    per_case = "Per case (probes matched; F: prototype fell back)"
+    return f"{title}\n\n{_text(HEADERS, _rows(results))}\n\n{per_case}\n\n{_text(headers, rows)}"
+
+
+def _fallback_rows(results: ParityResults) -> list[tuple[str, str, str]]:
+    rows = []
+    for (case, label), r in results.runs.items():
+        for graph, reason in dict.fromkeys(r.fallbacks):  # a recompile logs the same reason again
+            rows.append((case, label, f"{graph}: {reason}"))
+    return rows
+
+
+def text_fallbacks(results: ParityResults) -> str:
+    rows = _fallback_rows(results)
+    if not rows:
+        return "\nPrototype fallbacks: none"
+    return "\nPrototype fallbacks\n\n" + _text(("case", "strategy", "reason"), rows)
+
+
+def _divergence_rows(results: ParityResults) -> list[tuple[str, str, str, str, str, str]]:
+    rows = []
+    for (case, label), r in results.runs.items():
+        for probe, d in r.divergences.items():
+            if d is not None:
+                rows.append((case, label, probe, d.path, describe(d.expected), describe(d.actual)))
+    return rows
+
+
+def text_divergences(results: ParityResults) -> str:
+    rows = _divergence_rows(results)
+    if not rows:
+        return "\nDivergences: none"
+    blocks = [
+        f"{case} / {label} / {probe} at {path}\n    eager:    {expected}\n    strategy: {actual}"
+        for case, label, probe, path, expected, actual in rows
+    ]
+    return "\nDivergences (eager vs strategy)\n\n" + "\n".join(blocks)
+
+
+def markdown(results: ParityResults, *, show_divergences: bool = False) -> str:
+    headers, rows = _case_matrix(results)
+    parts = [
+        "## Parity with eager",
+        "",
+        f"{len(results.cases)} cases x {len(PROBES)} probes ({', '.join(PROBES)}); every probe runs on the "
+        f"outputs of a fresh call and is compared with eager (same values and grads, or the same exception).",
+        "",
+        _markdown(HEADERS, _rows(results)),
+        "",
+        "### Prototype fallbacks",
+        "",
+    ]
+    fallbacks = _fallback_rows(results)
+    parts.append(_markdown(("case", "strategy", "reason"), fallbacks) if fallbacks else "None.")
+    parts += ["", "### Per case", "", "Probes matched; F: the prototype fell back to stock.", ""]
+    parts.append(_markdown(headers, rows))
+    if show_divergences:
+        divergences = _divergence_rows(results)
+        parts += ["", "### Divergences", ""]
+        parts.append(
+            _markdown(("case", "strategy", "probe", "where", "eager", "strategy's"), divergences)
+            if divergences
+            else "None."
+        )
+    return "\n".join(parts) + "\n"
+
+
+CSV_FIELDS = (
+    "case",
+    "strategy",
+    "inner",
+    "probe",
+    "status",
+    "where",
+    "eager",
+    "observed",
+    "as_strided_nodes",
+    "autograd_nodes",
+    "eager_autograd_nodes",
+    "fallbacks",
+    "seconds",
+)
+
+
+def write_csv(results: ParityResults, path: Path) -> None:
+    eager_label = results.strategies[0].label
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_FIELDS)
+        for (case, _), r in results.runs.items():
+            reference = results.run(case, eager_label)
+            for probe, d in r.divergences.items():
+                writer.writerow(_csv_row(r, reference, probe, d))
+
+
+def _csv_row(r: CaseRun, reference: CaseRun | None, probe: str, d: object) -> list[str]:
+    nodes = r.nodes
+    eager_nodes = reference.nodes if reference is not None else Counter()
+    expected = reference.observations.get(probe) if reference is not None else None
+    return [
+        r.case.name,
+        r.strategy.name,
+        r.strategy.inner or "",
+        probe,
+        "match" if d is None else "diverge",
+        "" if d is None else d.path,  # type: ignore[attr-defined]
+        describe(expected if d is None else d.expected, 500),  # type: ignore[attr-defined]
+        describe(r.observations.get(probe) if d is None else d.actual, 500),  # type: ignore[attr-defined]
+        str(nodes) if isinstance(nodes, Raised) else str(nodes[AS_STRIDED]),
+        str(nodes) if isinstance(nodes, Raised) else str(_node_count(nodes)),
+        str(eager_nodes) if isinstance(eager_nodes, Raised) else str(_node_count(eager_nodes)),
+        "; ".join(reason for _, reason in dict.fromkeys(r.fallbacks)),
+        f"{r.seconds:.2f}",
+    ]
