@@ -107,7 +107,7 @@ def unbind_dim1(x: torch.Tensor) -> Any:
     return x.mul(2).unbind(1)
 
 
-@case(tensors(t(2, 3, 4)), fast=True)
+@case(tensors(t(2, 3, 4)))
 def unbind_negative_dim(x: torch.Tensor) -> Any:
     return x.sin().unbind(-1)
 
@@ -165,7 +165,7 @@ def chunk_fewer_than_asked(x: torch.Tensor) -> Any:
     return x.mul(2).chunk(4, dim=1)
 
 
-@case(tensors(t(4, 6)), fast=True)
+@case(tensors(t(4, 6)))
 def tensor_split_sections(x: torch.Tensor) -> Any:
     return x.mul(2).tensor_split(4, dim=1)
 
@@ -268,7 +268,7 @@ def _two_views_of_one_base(gen: torch.Generator, device: str) -> Inputs:
     return Inputs((source[0], source[1]), (base,), (source,))
 
 
-@case(_two_views_of_one_base, note="inputs alias each other and one is mutated")
+@case(_two_views_of_one_base, fast=True, note="inputs alias each other and one is mutated")
 def aliased_inputs_mutated(a: torch.Tensor, b: torch.Tensor) -> Any:
     a.mul_(2)
     return b.unbind(0), a.unbind(1)
@@ -316,7 +316,7 @@ def intermediate_after_its_views(x: torch.Tensor) -> Any:
     return y.unbind(0), y
 
 
-@case(tensors(t(3, 4)), fast=True)
+@case(tensors(t(3, 4)))
 def plain_views_and_unbind(x: torch.Tensor) -> Any:
     y = x.mul(2)
     return y.view(-1), y.t(), y.unbind(0), y[0]
@@ -442,7 +442,7 @@ def mutate_through_select_before(x: torch.Tensor) -> Any:
     return y.unbind(0)
 
 
-@case(tensors(t(3, 4)), fast=True, note="eager raises in the program: in-place on an unbind result")
+@case(tensors(t(3, 4)), note="eager raises in the program: in-place on an unbind result")
 def mutate_result_in_program(x: torch.Tensor) -> Any:
     outs = x.mul(2).unbind(0)
     outs[0].add_(1)
@@ -566,7 +566,7 @@ def complex_real_imag(z: torch.Tensor) -> Any:
     return y.real.unbind(0), y.imag
 
 
-@case(tensors(t(3, 4, rg=False, dtype=torch.int64)), fast=True)
+@case(tensors(t(3, 4, rg=False, dtype=torch.int64)))
 def integer_unbind(x: torch.Tensor) -> Any:
     return x.mul(2).unbind(0)
 

@@ -35,8 +35,11 @@ class Raised:
 
     @staticmethod
     def of(e: BaseException) -> Raised:
-        # Object addresses differ from run to run; nothing else in a message is normalized.
-        return Raised(type(e).__name__, re.sub(r"0x[0-9a-fA-F]+", "0x?", str(e)).strip())
+        # Object addresses differ from run to run; nothing else in a message is normalized. Non-builtin types
+        # keep their module, so Dynamo's wrappers (torch._dynamo.exc.TorchRuntimeError) show as such.
+        cls = type(e)
+        name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        return Raised(name, re.sub(r"0x[0-9a-fA-F]+", "0x?", str(e)).strip())
 
     def __str__(self) -> str:
         return f"{self.type}: {self.message}"
