@@ -1,0 +1,247 @@
+"""Dynamic shapes: epilogue view arguments that depend on sizes are computed from the real tensors at runtime.
+
+With ``dynamic=True`` or ``mark_dynamic``, a split size, a ``view(-1, s)`` size, a narrow length or a chunk of a
+dynamic dim is size arithmetic over graph inputs; the epilogue must recompute it on each call (no recompile per
+size, no size baked in from the first call). ``unbind`` over a dynamic dim returns as many tensors as the dim
+is long, so Dynamo guards on the count: one compile per length, as stock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+import predispatch_views as pv
+from tests.parity_utils import alias_structure, assert_matches_eager, flat_tensors, view_nodes
+
+
+class CountingBackend:
+    """Wraps a backend callable and counts how many graphs Dynamo compiled with it."""
+
+    def __init__(self, inner: Callable[..., Any]) -> None:
+        self.inner = inner
+        self.graphs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        self.graphs += 1
+        return self.inner(gm, example_inputs)
+
+
+def prototype(inner: str = "aot_eager") -> CountingBackend:
+    return CountingBackend(pv.backend(inner, strict=True))
+
+
+def stock(inner: str = "aot_eager") -> CountingBackend:
+    from torch._dynamo.backends.registry import lookup_backend
+
+    return CountingBackend(lookup_backend(inner))
+
+
+def _leaf(*shape: int, requires_grad: bool = True) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(sum(shape) * 7 + len(shape))
+    return torch.randn(*shape, generator=gen).requires_grad_(requires_grad)
+
+
+# Programs whose number of outputs does not depend on the dynamic size: one compile for every size.
+def split_sizes_from_size(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.mul(2)
+    n = x.size(0)
+    return y.split([n // 3, n - n // 3])
+
+
+def view_minus_one_of_size(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.sin()
+    return y.view(-1, x.size(1) * x.size(2)).unbind(1)
+
+
+def narrow_length_from_size(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.mul(2)
+    return y.narrow(0, 1, x.size(0) - 2).unbind(1)
+
+
+def chunk_of_dynamic_dim(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.cos().chunk(2, dim=0)
+
+
+def tensor_split_at_size(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.mul(3)
+    return y.tensor_split([x.size(0) // 2], dim=0)
+
+
+def views_of_the_split(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.mul(2)
+    n = x.size(0)
+    a, b = y.split([n - 2, 2])
+    return a.view(-1), b.t(), a[1:]
+
+
+def input_split_by_size(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # No core at all: the epilogue views a graph input with sizes computed from it.
+    return x.split([x.size(0) - 1, 1])
+
+
+# (program, shapes of its single input; dim 0 varies)
+SIZE_ONLY: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
+    "split_sizes_from_size": (split_sizes_from_size, [(6, 3), (9, 3), (7, 3), (13, 3)]),
+    "view_minus_one_of_size": (view_minus_one_of_size, [(4, 2, 3), (7, 2, 3), (5, 2, 3)]),
+    "narrow_length_from_size": (narrow_length_from_size, [(5, 3), (8, 3), (6, 3)]),
+    "chunk_of_dynamic_dim": (chunk_of_dynamic_dim, [(4, 3), (8, 3), (6, 3), (10, 3)]),
+    "tensor_split_at_size": (tensor_split_at_size, [(4, 3), (7, 3), (9, 3)]),
+    "views_of_the_split": (views_of_the_split, [(5, 3), (8, 3), (6, 3)]),
+    "input_split_by_size": (input_split_by_size, [(4, 3), (7, 3), (9, 3)]),
+}
+
+
+def _check_every_size(
+    fn: Callable[..., Any], compiled: Callable[..., Any], shapes: list[tuple[int, ...]], *, mark: bool = False
+) -> None:
+    for shape in shapes:
+
+        def make_inputs(shape: tuple[int, ...] = shape) -> list[torch.Tensor]:
+            x = _leaf(*shape)
+            if mark:
+                torch._dynamo.mark_dynamic(x, 0)
+            return [x]
+
+        assert_matches_eager(fn, compiled, make_inputs)
+
+
+@pytest.mark.parametrize("name", sorted(SIZE_ONLY))
+def test_size_dependent_epilogue_compiles_once(name: str) -> None:
+    fn, shapes = SIZE_ONLY[name]
+    backend = prototype()
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    _check_every_size(fn, compiled, shapes + shapes[:1])
+    assert backend.graphs == 1
+
+
+@pytest.mark.parametrize("name", ["split_sizes_from_size", "narrow_length_from_size", "views_of_the_split"])
+def test_mark_dynamic_compiles_once(name: str) -> None:
+    fn, shapes = SIZE_ONLY[name]
+    backend = prototype()
+    compiled = torch.compile(fn, backend=backend)
+    _check_every_size(fn, compiled, shapes, mark=True)
+    assert backend.graphs == 1
+
+
+def test_automatic_dynamic_recompiles_once_then_never() -> None:
+    """Without dynamic=True Dynamo compiles static, then once dynamic on the second size; never again."""
+    fn = split_sizes_from_size
+    backend = prototype()
+    compiled = torch.compile(fn, backend=backend)
+    _check_every_size(fn, compiled, [(6, 3), (9, 3), (12, 3), (15, 3), (7, 3)])
+    assert backend.graphs == 2
+
+
+def test_no_stale_sizes_when_sizes_come_back() -> None:
+    """Sizes are read from each call's tensors: going back and forth between sizes gives each one's split."""
+    backend = prototype()
+    compiled = torch.compile(split_sizes_from_size, backend=backend, dynamic=True)
+    for n in (6, 30, 6, 11, 30, 7):
+        x = _leaf(n, 2)
+        outs = compiled(x)
+        assert [o.shape[0] for o in outs] == [n // 3, n - n // 3]
+        assert all(o._base is outs[0]._base for o in outs)
+        for o, e in zip(outs, split_sizes_from_size(x)):
+            torch.testing.assert_close(o, e)
+    assert backend.graphs == 1
+
+
+def test_view_minus_one_with_int_argument() -> None:
+    """``view(-1, s)`` with s a Python int argument: no more compiles than stock, and the right shapes."""
+
+    def fn(x: torch.Tensor, s: int) -> tuple[torch.Tensor, ...]:
+        return x.mul(2).view(-1, s).unbind(0)
+
+    calls = [((4, 6), 3), ((4, 6), 8), ((4, 5), 10), ((6, 5), 3), ((4, 6), 4)]
+    counts = {}
+    for label, backend in (("stock", stock()), ("prototype", prototype())):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=backend, dynamic=True)
+        for shape, s in calls:
+            x = _leaf(*shape)
+            outs, expected = compiled(x, s), fn(x, s)
+            assert len(outs) == len(expected)
+            for o, e in zip(outs, expected):
+                torch.testing.assert_close(o, e)
+            if label == "prototype":
+                assert alias_structure([x], list(outs)) == alias_structure([x], list(expected))
+        counts[label] = backend.graphs
+    assert counts["prototype"] <= counts["stock"]
+
+
+@pytest.mark.parametrize("how", ["dynamic", "maybe_mark_dynamic"])
+def test_unbind_over_a_dynamic_dim_guards_on_the_count(how: str) -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x.mul(2).unbind(0)
+
+    lengths = [3, 4, 5, 4, 3, 6]
+    counts = {}
+    for label, backend in (("stock", stock()), ("prototype", prototype())):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=backend, dynamic=True if how == "dynamic" else None)
+        for n in lengths:
+            x = _leaf(n, 3)
+            if how == "maybe_mark_dynamic":  # mark_dynamic would reject the specialization unbind forces
+                torch._dynamo.maybe_mark_dynamic(x, 0)
+            outs = compiled(x)
+            assert len(outs) == n
+            if label == "prototype":
+                assert view_nodes(list(outs)) == {"UnbindBackward0": 1}
+                assert all(o._base is outs[0]._base for o in outs)
+                for o, e in zip(outs, fn(x)):
+                    torch.testing.assert_close(o, e)
+        counts[label] = backend.graphs
+    assert counts["prototype"] == counts["stock"] == len(set(lengths))
+
+
+def test_chunk_count_change_recompiles_like_stock() -> None:
+    """chunk(3) of a dynamic dim: the number of chunks depends on the size, so guards match stock's."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x.sin().chunk(3, dim=1)
+
+    widths = [6, 9, 12, 7, 4, 9]
+    counts = {}
+    for label, backend in (("stock", stock()), ("prototype", prototype())):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=backend, dynamic=True)
+        for w in widths:
+            x = _leaf(2, w)
+            outs, expected = compiled(x), fn(x)
+            assert [o.shape for o in outs] == [e.shape for e in expected]
+            if label == "prototype":
+                assert view_nodes(list(outs)) == view_nodes(list(expected))
+        counts[label] = backend.graphs
+    assert counts["prototype"] == counts["stock"]
+
+
+def test_dynamic_backward_through_size_dependent_split() -> None:
+    """Gradients through a dynamic split flow to the right rows for each size."""
+    backend = prototype()
+    compiled = torch.compile(split_sizes_from_size, backend=backend, dynamic=True)
+    for n in (6, 10, 8):
+        x_c, x_e = _leaf(n, 3), _leaf(n, 3)
+        outs_c, outs_e = compiled(x_c), split_sizes_from_size(x_e)
+        (outs_c[0].sum() * 2 + outs_c[1].pow(2).sum()).backward()
+        (outs_e[0].sum() * 2 + outs_e[1].pow(2).sum()).backward()
+        torch.testing.assert_close(x_c.grad, x_e.grad)
+        assert {type(o.grad_fn).__name__ for o in outs_c} == {"SplitWithSizesBackward0"}
+    assert backend.graphs == 1
+
+
+def test_dynamic_shapes_with_inductor() -> None:
+    fn = views_of_the_split
+    backend = prototype("inductor")
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    for n in (5, 9, 7):
+        x = _leaf(n, 3)
+        outs, expected = compiled(x), fn(x)
+        for o, e in zip(outs, expected):
+            torch.testing.assert_close(o, e)
+        assert alias_structure([x], list(outs)) == alias_structure([x], list(expected))
+        assert view_nodes(flat_tensors(outs)) == view_nodes(flat_tensors(expected))
+    assert backend.graphs == 1
