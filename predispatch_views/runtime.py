@@ -8,6 +8,7 @@ bound once. See Note [Replaying pre-dispatch views] in analysis.py for why the r
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -55,12 +56,13 @@ class EpilogueCodegen:
             names[p] = f"v{len(names)}"
             container = "args" if source.kind == "arg" else "core"
             lines.append(f"    {names[p]} = {container}[{source.index}]")
+        output = sliced.epilogue.graph.output_node()
+        outputs = _as_tuple(output.args[0])
+        runs = _output_runs(outputs, output)
+        sliced_out = {n for start, length in runs.items() for n in outputs[start : start + length]}
         for n in sliced.epilogue.graph.nodes:
-            if n.op == "placeholder":
+            if n.op in ("placeholder", "output") or n in sliced_out:
                 continue
-            if n.op == "output":
-                lines.append(f"    return {self.fmt(_as_tuple(n.args[0]), names)}")
-                break
             names[n] = f"v{len(names)}"
             if n.target is operator.getitem:
                 expr = f"{self.fmt(n.args[0], names)}[{self.fmt(n.args[1], names)}]"
@@ -70,7 +72,51 @@ class EpilogueCodegen:
                 parts += [f"{k}={self.fmt(v, names)}" for k, v in n.kwargs.items()]
                 expr = f"{fn}({', '.join(parts)})"
             lines.append(f"    {names[n]} = {expr}")
+        returned, i = [], 0
+        while i < len(outputs):
+            if i in runs:  # one slice of the multi-output call's list, no Python work per output
+                source, first = outputs[i].args
+                returned.append(f"*{names[source]}[{first}:{first + runs[i]}]")
+                i += runs[i]
+            else:
+                returned.append(self.fmt(outputs[i], names))
+                i += 1
+        lines.append("    return (" + "".join(r + ", " for r in returned) + ")")
         return "\n".join(lines) + "\n"
+
+
+# A run of outputs this long that are consecutive results of one multi-output call is returned as a slice.
+# Shorter runs keep one line per output: a slice is no faster there, and explain() shows each output by name.
+_SLICE_RUNS_FROM = 8
+
+
+def _output_runs(outputs: tuple[Any, ...], output: fx.Node) -> dict[int, int]:
+    """Start position -> length of each run of outputs ``src[k], src[k + 1], ...`` used by nothing else."""
+    count = Counter(id(n) for n in outputs)
+
+    def item(i: int) -> tuple[fx.Node, int] | None:
+        n = outputs[i]
+        if (
+            isinstance(n, fx.Node)
+            and n.target is operator.getitem
+            and isinstance(n.args[1], int)
+            and list(n.users) == [output]
+            and count[id(n)] == 1  # returned once: its only name is its place in the slice
+        ):
+            return n.args[0], n.args[1]
+        return None
+
+    runs: dict[int, int] = {}
+    i = 0
+    while i < len(outputs):
+        first = item(i)
+        length = 1
+        while first is not None and i + length < len(outputs) and item(i + length) == (first[0], first[1] + length):
+            length += 1
+        if first is not None and length >= _SLICE_RUNS_FROM:
+            runs[i] = length
+        i += length
+    return runs
 
 
 def _as_tuple(outputs: Any) -> tuple[Any, ...]:

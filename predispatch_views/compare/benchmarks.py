@@ -33,8 +33,8 @@ import torch.utils._pytree as pytree
 from torch.utils.benchmark import Timer
 
 from .scaling import fit_exponent, plot_scaling
-from .strategies import Strategy, all_strategies
-from .workloads import Workload, all_workloads, seed_program
+from .strategies import Strategy, all_strategies, prototype, stock
+from .workloads import Workload, all_workloads, seed_program, tiny_workloads
 
 
 @dataclass(frozen=True)
@@ -287,11 +287,12 @@ def _benchmark_environment() -> Iterator[None]:
 
 
 def _warm_up(settings: Settings) -> None:
-    """Pay one-time imports and initialization before the first timed compile."""
-    for strategy in all_strategies(settings.inners):
-        torch._dynamo.reset()
-        x = torch.randn(4, 4, device=settings.device, requires_grad=True)
-        strategy.make(lambda t: t.mul(2).unbind(0))(x)[0].sum().backward()
+    """Pay one-time costs (imports, first trace of each kind of program) before the first timed compile."""
+    for inner in settings.inners:
+        for strategy in (stock(inner), prototype(inner)):  # the other two share stock's code paths
+            for workload in tiny_workloads():
+                torch._dynamo.reset()
+                workload.instantiate(strategy.make, settings.device).step()
 
 
 def _fill_ratios(rows: list[Row]) -> None:
