@@ -1,18 +1,29 @@
 """Stage 2b: view-preserving functionalization.
 
-Input: the pre-dispatch graph and the epilogue selection (analysis.py). Output: one graph in which
-- the core (every node not selected) is functional: mutations of intermediates are gone, a mutation of a graph
-  input becomes a trailing ``copy_`` into it (the inner backend's AOTAutograd applies it with eager semantics);
-- the selected nodes follow, unchanged and tagged ``node.meta[EPILOGUE_TAG]``: the user's own ``unbind``,
-  ``chunk``, ``split_with_sizes``... with their getitems, in the subset and order the program returns them.
+Input: the pre-dispatch graph and the epilogue selection (analysis.py). Output: two graphs with the same
+epilogue, the selected nodes copied unchanged and tagged ``node.meta[EPILOGUE_TAG]`` (the user's own ``unbind``,
+``chunk``, ``split_with_sizes``... with their getitems, in the subset and order the program returns them):
+- ``functional``: the core functionalized at the pre-dispatch level: mutations of intermediates are gone, a
+  mutated graph input gets a trailing ``copy_``. Stock functionalization would instead regenerate each output
+  view from its base (one ``unbind`` per output, ``chunk`` turned into ``split``); protecting the selected nodes
+  from it is the whole trick.
+- ``executable``: what runs; its core keeps the user's mutations (Note [The compiled core keeps the user's
+  mutations]). Without mutations in the core the two graphs are the same graph.
 
-Stock functionalization would instead regenerate each output view from its base (one ``unbind`` per output,
-``chunk`` turned into ``split``); protecting the selected nodes from it is the whole trick.
+Note [The compiled core keeps the user's mutations]
+Functionalizing at the pre-dispatch level rewrites ops *above* autograd, which changes what autograd records
+and saves: ``y = x.sigmoid(); y.mul_(2)`` loses eager's "modified by an inplace operation" backward error;
+training batch_norm's functional form saves the running stats that its trailing ``copy_`` then bumps; a
+mutation under ``no_grad`` becomes a visible ``copy_``. So the core handed to the inner backend is the
+unfunctionalized core, and AOTAutograd functionalizes it *below* autograd, exactly as it does for stock; its
+input mutations are applied by AOTAutograd's runtime before the epilogue views the inputs. The functional graph
+is what that functionalization produces, with the user's views preserved: explain() shows it.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,13 +34,21 @@ from . import graph_ops
 from .analysis import EpilogueSelection
 
 EPILOGUE_TAG = "predispatch_views_epilogue"
+aten = torch.ops.aten
 
 
-def functionalize_preserving_views(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphModule:
+@dataclass(frozen=True)
+class FunctionalizedProgram:
+    functional: fx.GraphModule  # view-preserving functional graph
+    executable: fx.GraphModule  # same epilogue; the core keeps the user's mutations
+
+
+def functionalize_preserving_views(gm: fx.GraphModule, selection: EpilogueSelection) -> FunctionalizedProgram:
     core = _core_graph(gm, selection)
-    if any(graph_ops.mutated_input(n) is not None for n in core.graph.nodes):
-        core = _functionalize(core)
-    return _append_epilogue(core, gm, selection)
+    executable = _append_epilogue(core, gm, selection)
+    if not any(graph_ops.mutated_input(n) is not None for n in core.graph.nodes):
+        return FunctionalizedProgram(functional=executable, executable=executable)
+    return FunctionalizedProgram(_append_epilogue(_functionalize(core), gm, selection), executable)
 
 
 def _core_graph(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphModule:
@@ -58,11 +77,7 @@ def _functionalize(core: fx.GraphModule) -> fx.GraphModule:
     def functional(*args: Any) -> list[Any]:
         f_args = [ti.to_fun(a) for a in args]
         outs = core(*f_args)
-        mutated[:] = [
-            i
-            for i, a in enumerate(f_args)
-            if isinstance(a, torch.Tensor) and ti.has_data_mutation(a)
-        ]
+        mutated[:] = [i for i, a in enumerate(f_args) if isinstance(a, torch.Tensor) and ti.has_data_mutation(a)]
         return [ti.from_fun(o) for o in outs] + [ti.from_fun(f_args[i]) for i in mutated]
 
     with (
@@ -79,7 +94,7 @@ def _functionalize(core: fx.GraphModule) -> fx.GraphModule:
     new_placeholders = list(graph.find_nodes(op="placeholder"))
     with graph.inserting_before(output):
         for i, value in zip(mutated, results[n_outs:]):
-            graph.call_function(torch.ops.aten.copy_.default, (new_placeholders[i], value))
+            graph.call_function(aten.copy_.default, (new_placeholders[i], value))
     output.args = (tuple(results[:n_outs]),)
     graph.eliminate_dead_code()
     for p, old in zip(new_placeholders, placeholders):
@@ -88,9 +103,7 @@ def _functionalize(core: fx.GraphModule) -> fx.GraphModule:
     return traced
 
 
-def _append_epilogue(
-    core: fx.GraphModule, gm: fx.GraphModule, selection: EpilogueSelection
-) -> fx.GraphModule:
+def _append_epilogue(core: fx.GraphModule, gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphModule:
     """Core nodes, then the selected nodes copied verbatim and tagged, then the program's outputs."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -98,12 +111,10 @@ def _append_epilogue(
     for n in core.graph.nodes:
         if n is not core_output:
             env[n] = graph.node_copy(n, env.__getitem__)
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    for old, new in zip(placeholders, core.graph.find_nodes(op="placeholder")):
+    for old, new in zip(gm.graph.find_nodes(op="placeholder"), core.graph.find_nodes(op="placeholder")):
         env[old] = env[new]
-    core_values = [env[v] if isinstance(v, fx.Node) else v for v in core_output.args[0]]
-    for old, value in zip(selection.externals, core_values):
-        env[old] = value
+    for old, value in zip(selection.externals, core_output.args[0]):
+        env[old] = env[value] if isinstance(value, fx.Node) else value
     for old, placeholder in selection.resolved.items():
         env[old] = env[placeholder]
     for n in gm.graph.nodes:
@@ -111,5 +122,4 @@ def _append_epilogue(
             env[n] = graph.node_copy(n, env.__getitem__)
             env[n].meta[EPILOGUE_TAG] = True
     graph.output(fx.map_arg(gm.graph.output_node().args[0], env.__getitem__))
-    result = fx.GraphModule(core, graph)
-    return result
+    return fx.GraphModule(core, graph)

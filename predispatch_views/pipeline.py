@@ -92,8 +92,9 @@ def compile_captured(
             fallback = fallback_graph or pre_dispatch
             return _fall_back(result, selection.reason, fallback, example_inputs, inner_fn, strict)
         result.selection = selection
-        result.functional = functionalize_preserving_views(pre_dispatch, selection)
-        result.sliced = slice_graph(result.functional)
+        functionalized = functionalize_preserving_views(pre_dispatch, selection)
+        result.functional = functionalized.functional
+        result.sliced = slice_graph(functionalized.executable)
     except StrictModeError:
         raise
     except Exception as e:
