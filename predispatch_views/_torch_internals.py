@@ -6,8 +6,7 @@ Relied on:
 - ``torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True)``: tracing above autograd, so the graph
   holds the calls autograd sees (``chunk``, ``tensor_split``, ``unbind``... as written, CIA ops not decomposed).
 - ``torch._subclasses.functional_tensor.FunctionalTensorMode(pre_dispatch=True)`` and AOTAutograd's
-  ``functional_utils`` (``to_fun``, ``from_fun``, ``has_data_mutation``, ``has_metadata_mutation``,
-  ``are_all_mutations_hidden_from_autograd``):
+  ``functional_utils`` (``to_fun``, ``from_fun``, ``has_data_mutation``, ``has_metadata_mutation``):
   functionalization at the pre-dispatch level.
 - ``torch._dispatch.python.enable_python_dispatcher``.
 - ``torch._guards.detect_fake_mode`` and ``torch._subclasses.fake_tensor.FakeTensorMode``.
@@ -31,7 +30,6 @@ import torch
 import torch._functorch.config as functorch_config
 from torch._dispatch.python import enable_python_dispatcher
 from torch._functorch._aot_autograd.functional_utils import (
-    are_all_mutations_hidden_from_autograd,
     from_fun,
     has_data_mutation,
     has_metadata_mutation,
@@ -43,7 +41,6 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 __all__ = [
-    "are_all_mutations_hidden_from_autograd",
     "SET_GRAD_ENABLED",
     "FakeTensor",
     "FakeTensorMode",
