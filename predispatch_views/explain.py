@@ -165,7 +165,8 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
     def flat_fn(*tensor_args: torch.Tensor) -> list[Any]:
         return pytree.tree_leaves(eager(tensor_args))
 
-    logged_before = {id(entry) for entry in FALLBACKS}
+    before = list(FALLBACKS)  # kept alive so that ids of old entries cannot be reused by new ones
+    logged_before = {id(entry) for entry in before}
     compile_error = None
     try:
         graph, _ = capture_function(flat_fn, tensors)
