@@ -1,8 +1,10 @@
 """explain(): every stage for the seed program and for a mutation of the base before its views; the CLI path.
 
 The expected texts are what design/ shows a reviewer; besides matching them, each test checks the design's claims
-on the GraphModules themselves: one unbind, in the epilogue; no as_strided anywhere; the mutation functionalized
-in the core; the prototype's outputs carry eager's view node.
+on the GraphModules themselves: one unbind, in the epilogue; no as_strided anywhere; the mutation of the base
+before its views stays in the core (functionalized in the view-preserving functional graph, kept as the user
+wrote it in the core handed to the inner backend, whose AOTAutograd functionalizes it below autograd); the
+prototype's outputs carry eager's view node.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import fx
 import predispatch_views
 from predispatch_views.__main__ import main
 from predispatch_views.explain import Explanation, explain, parse_args_expression
+from predispatch_views.functionalize import EPILOGUE_TAG
 
 
 def seed(x):
@@ -44,7 +47,11 @@ class TestExplain(TestCase):
             self.assertFalse(any("as_strided" in t for t in _targets(gm)))
         self.assertEqual([t for t in _targets(e.epilogue) if t != "<built-in function getitem>"], ["aten.unbind.int"])
         self.assertNotIn("aten.unbind.int", _targets(e.core))
-        self.assertFalse(any(t.endswith("_.Tensor") for t in _targets(e.core)))  # no in-place op left in the core
+        # The view-preserving functional graph has no in-place op outside the epilogue.
+        functional_core = [
+            n for n in e.functional.graph.nodes if n.op == "call_function" and not n.meta.get(EPILOGUE_TAG)
+        ]
+        self.assertFalse(any(str(n.target).endswith("_.Tensor") for n in functional_core))
         self.assertEqual(e.fallback_reasons, [])
         self.assertEqual(e.autograd["prototype[aot_eager]"].node_counts.get("UnbindBackward0"), 1)
 
@@ -111,7 +118,10 @@ prototype[aot_eager]: {"UnbindBackward0": 1, "CompiledFunctionBackward": 1}; 3 o
         e = explain(mutate_then_view, torch.randn(3, 4, requires_grad=True))
         self._check_design_claims(e)
         self.assertIn("aten.add_.Tensor", _targets(e.pre_dispatch))
-        self.assertIn("aten.add.Tensor", _targets(e.core))
+        # Functionalized in the functional graph; the core handed to the inner backend keeps the user's add_ and
+        # AOTAutograd functionalizes it below autograd (Note [The compiled core keeps the user's mutations]).
+        self.assertIn("aten.add.Tensor", _targets(e.functional))
+        self.assertIn("aten.add_.Tensor", _targets(e.core))
         self.assertExpectedInline(
             str(e),
             """\
@@ -140,12 +150,12 @@ def forward(self, arg0_1: "f32[3, 4]"):
 == 3. core graph (handed to aot_eager) ==
 def forward(self, arg0_1: "f32[3, 4]"):
     mul: "f32[3, 4]" = torch.ops.aten.mul.Tensor(arg0_1, 2)
-    add: "f32[3, 4]" = torch.ops.aten.add.Tensor(mul, 1)
-    return (add,)
+    add_: "f32[3, 4]" = torch.ops.aten.add_.Tensor(mul, 1)
+    return (add_,)
 
 == 4. epilogue graph ==
-def forward(self, add: "f32[3, 4]"):
-    unbind = torch.ops.aten.unbind.int(add)
+def forward(self, add_: "f32[3, 4]"):
+    unbind = torch.ops.aten.unbind.int(add_)
     getitem: "f32[4]" = unbind[0]
     getitem_1: "f32[4]" = unbind[1]
     getitem_2: "f32[4]" = unbind[2]
