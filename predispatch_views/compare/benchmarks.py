@@ -1,12 +1,14 @@
 """The performance half of ``python -m predispatch_views compare``.
 
 For every workload (workloads.py) and strategy (strategies.py), in one process:
-- compile time: wall time of the first forward+backward after ``torch._dynamo.reset()`` (Dynamo, AOTAutograd
-  and the inner backend, forward and backward graphs; FX-graph and AOTAutograd caches off so a strategy
-  never reuses another's work);
-- forward and forward+backward time at steady state: ``torch.utils.benchmark.Timer.blocked_autorange``, median
-  per call. On CPU the clock is the process CPU time with one intra-op thread, so that other jobs sharing the
-  cores do not inflate it (it equals wall time on an idle machine); on CUDA, wall time with synchronization;
+- compile time: wall time of the first forward+backward (Dynamo, AOTAutograd and the inner backend, forward
+  and backward graphs). Each strategy compiles its own copy of the program's code, after one
+  ``torch._dynamo.reset()`` per workload, with the FX-graph and AOTAutograd caches off, so no strategy reuses
+  another's work; one-time costs are paid beforehand by a warm-up on toy sizes;
+- forward and forward+backward time at steady state: ``torch.utils.benchmark.Timer.blocked_autorange``, best
+  block (each block averages many calls) over interleaved rounds of all strategies. On CPU the clock is the
+  process CPU time with one intra-op thread, so that other jobs sharing the cores inflate it less (it equals
+  wall time on an idle machine); on CUDA, wall time with synchronization;
 - the backward graph: autograd nodes reachable from the outputs, by type;
 - memory: bytes of the distinct storages held by the outputs and by the tensors their backward graph saved
   (device independent); on CUDA also the peak allocated during one forward+backward.
@@ -20,8 +22,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import math
 import time
+import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,7 +38,7 @@ from torch.utils.benchmark import Timer
 
 from .scaling import fit_exponent, plot_scaling
 from .strategies import Strategy, all_strategies, prototype, stock
-from .workloads import Workload, all_workloads, seed_program, tiny_workloads
+from .workloads import Instance, Workload, all_workloads, seed_program, tiny_workloads
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Settings:
     inners: tuple[str, ...]
     quick: bool
     min_run_time: float  # seconds per Timer measurement
+    rounds: int  # interleaved timing rounds per workload; each strategy keeps its best
     step_cap_s: float  # skip a scaling point whose projected forward+backward is longer than this
 
     @property
@@ -65,8 +70,8 @@ class Row:
     strategy: str  # the strategy's label, e.g. "prototype[aot_eager]"
     inner: str | None
     compile_s: float = math.nan
-    fwd_us: float = math.nan
-    step_us: float = math.nan
+    fwd_us: float = math.inf  # best over rounds
+    step_us: float = math.inf
     nodes: Counter[str] = field(default_factory=Counter)
     held_bytes: int = 0
     peak_bytes: int | None = None
@@ -88,19 +93,52 @@ class Row:
         return f"{sum(self.nodes.values())} ({count} {top})"
 
 
-# --- measuring one (workload, strategy) ------------------------------------------------------------------
+# --- measuring one workload under every strategy ---------------------------------------------------------
 
 
-def measure(workload: Workload, strategy: Strategy, settings: Settings) -> Row:
+def fresh_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with its own code object. Dynamo keeps compiled code per code object, so each strategy compiles
+    its own copy and all of them stay live side by side, without ``torch._dynamo.reset()`` between them."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    return functools.update_wrapper(copy, fn)
+
+
+def compile_instance(workload: Workload, strategy: Strategy, settings: Settings) -> tuple[Row, Instance]:
+    """Build the program under the strategy and time its first forward+backward (the compile)."""
     row = Row(workload.name, workload.n_outputs, strategy.label, strategy.inner)
-    torch._dynamo.reset()
-    instance = workload.instantiate(strategy.make, settings.device)
+    instance = workload.instantiate(lambda fn: strategy.make(fresh_copy(fn)), settings.device)
     start = time.perf_counter()
     instance.step()
     _synchronize(settings.device)
     row.compile_s = time.perf_counter() - start
-    row.fwd_us = _time_call(instance.forward, settings) * 1e6
-    row.step_us = _time_call(instance.step, settings) * 1e6
+    return row, instance
+
+
+class BestTime:
+    """Seconds per call, best block over rounds. The first round is ``Timer.blocked_autorange`` (which also sizes
+    the blocks); each later round times one more block of that size. Other jobs on a shared machine only ever
+    add time, so the best block is the least disturbed estimate."""
+
+    def __init__(self, fn: Callable[[], Any], settings: Settings) -> None:
+        self.timer = Timer("fn()", globals={"fn": fn}, timer=settings.timer, num_threads=torch.get_num_threads())
+        self.min_run_time = settings.min_run_time
+        self.number = 0
+        self.best = math.inf
+
+    def round(self) -> float:
+        if self.number == 0:
+            measurement = self.timer.blocked_autorange(min_run_time=self.min_run_time)
+            self.number = measurement.number_per_run
+        else:
+            measurement = self.timer.timeit(self.number)
+        self.best = min(self.best, *measurement.times)
+        return self.best
+
+
+def inspect_instance(row: Row, instance: Instance, settings: Settings) -> None:
+    """The backward graph and the memory of one forward (and, on CUDA, the peak of one forward+backward)."""
     outputs = instance.forward()
     row.nodes = autograd_nodes(outputs)
     row.held_bytes = held_bytes(outputs)
@@ -112,14 +150,6 @@ def measure(workload: Workload, strategy: Strategy, settings: Settings) -> Row:
         instance.step()
         torch.cuda.synchronize()
         row.peak_bytes = torch.cuda.max_memory_allocated() - base
-    return row
-
-
-def _time_call(fn: Callable[[], Any], settings: Settings) -> float:
-    timer = Timer("fn()", globals={"fn": fn}, timer=settings.timer, num_threads=torch.get_num_threads())
-    measurement = timer.blocked_autorange(min_run_time=settings.min_run_time)
-    # The best block (each block averages many calls): other jobs on a shared machine only ever add time.
-    return min(measurement.times)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -173,6 +203,9 @@ def held_bytes(outputs: Any) -> int:
 # --- the epilogue alone ----------------------------------------------------------------------------------
 
 
+EPILOGUE_SIZES = (10, 50, 200, 1000)
+
+
 @dataclass
 class EpilogueRow:
     n: int
@@ -201,9 +234,12 @@ def epilogue_rows(ns: tuple[int, ...], settings: Settings) -> list[EpilogueRow]:
         assert program.sliced is not None
         base = x.mul(2)
         run = build_runtime(program.sliced, lambda *args, out=(base,): out)
-        run_s = _time_call(lambda run=run, x=x: run(x), settings)
-        eager_s = _time_call(lambda base=base: base.unbind(0), settings)
-        rows.append(EpilogueRow(n, run_s * 1e6, eager_s * 1e6))
+        run_time = BestTime(lambda run=run, x=x: run(x), settings)
+        eager_time = BestTime(lambda base=base: base.unbind(0), settings)
+        for _ in range(settings.rounds):  # interleaved, as in run_benchmarks
+            run_time.round()
+            eager_time.round()
+        rows.append(EpilogueRow(n, run_time.best * 1e6, eager_time.best * 1e6))
     return rows
 
 
@@ -211,7 +247,10 @@ def epilogue_rows(ns: tuple[int, ...], settings: Settings) -> list[EpilogueRow]:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    device = torch.device(getattr(args, "device", "cpu") or "cpu")
+    try:
+        device = torch.device(getattr(args, "device", "cpu") or "cpu")
+    except RuntimeError as e:
+        raise SystemExit(f"--device: {e}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available here (torch.cuda.is_available() is False)")
     if device.type not in ("cpu", "cuda"):
@@ -220,43 +259,70 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     quick = bool(getattr(args, "quick", False))
     if quick:  # one inner backend: aot_eager unless the caller asked for others only
         inners = ("aot_eager",) if "aot_eager" in inners else inners[:1]
+    min_run_time = getattr(args, "min_run_time", None)
+    step_cap_s = getattr(args, "step_cap", None)
     return Settings(
         device=device,
         inners=inners,
         quick=quick,
-        min_run_time=0.05 if quick else 0.3,
-        step_cap_s=0.3 if quick else 10.0,
+        min_run_time=min_run_time or (0.02 if quick else 0.1),
+        rounds=getattr(args, "rounds", None) or (4 if quick else 7),
+        step_cap_s=step_cap_s or (0.3 if quick else 10.0),
     )
 
 
 def run_benchmarks(settings: Settings, workloads: list[Workload], progress: Callable[[str], None] = print) -> list[Row]:
-    """Every workload under every strategy; a scaling point projected too slow is listed as skipped."""
+    """Every workload under every strategy; a scaling point projected too slow is listed as skipped.
+
+    Per workload, every strategy is compiled first (compile time = its first forward+backward), then all are
+    timed in ``settings.rounds`` interleaved rounds and each keeps its best: a burst of load from other jobs
+    then slows one round of every strategy, not all rounds of one, and the ratios stay comparable.
+    """
     strategies = all_strategies(settings.inners)
     rows: list[Row] = []
-    seen_steps: dict[tuple[str, str], list[tuple[int, float]]] = {}  # (workload, strategy) -> (n, step s)
+    history: dict[str, list[tuple[int, float]]] = {}  # "workload/strategy" -> (n, step s) at the sizes done
     with _benchmark_environment():
         _warm_up(settings)
         for workload in workloads:
+            torch._dynamo.reset()
+            live: dict[str, tuple[Row, Instance]] = {}  # compiled and not failed
             workload_rows = []
             for strategy in strategies:
-                history = seen_steps.setdefault((workload.name, strategy.label), [])
-                projected = _project(history, workload.n_outputs)
+                key = f"{workload.name}/{strategy.label}"
+                row = Row(workload.name, workload.n_outputs, strategy.label, strategy.inner)
+                projected = _project(history.get(key, []), workload.n_outputs)
                 if projected > settings.step_cap_s:
-                    row = Row(workload.name, workload.n_outputs, strategy.label, strategy.inner)
                     row.skipped = f"projected {projected:.1f} s per forward+backward"
                 else:
                     try:
-                        row = measure(workload, strategy, settings)
-                        history.append((workload.n_outputs, row.step_us * 1e-6))
+                        row, instance = compile_instance(workload, strategy, settings)
+                        live[key] = (row, instance)
                     except Exception as e:  # one broken strategy must not lose the table
-                        row = Row(workload.name, workload.n_outputs, strategy.label, strategy.inner)
-                        row.skipped = f"error: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
-                progress(_progress_line(row))
+                        row.skipped = _error(e)
                 workload_rows.append(row)
+            try:
+                timers = [(row, BestTime(i.forward, settings), BestTime(i.step, settings)) for row, i in live.values()]
+                for _ in range(settings.rounds):
+                    for row, forward, step in timers:
+                        row.fwd_us, row.step_us = forward.round() * 1e6, step.round() * 1e6
+                del timers
+                for key, (row, instance) in live.items():
+                    inspect_instance(row, instance, settings)
+                    history.setdefault(key, []).append((row.n_outputs, row.step_us * 1e-6))
+            except Exception as e:
+                for row in workload_rows:
+                    row.skipped = row.skipped or _error(e)
+            del live
             _fill_ratios(workload_rows)
+            for row in workload_rows:
+                progress(_progress_line(row))
             rows += workload_rows
         torch._dynamo.reset()
     return rows
+
+
+def _error(e: Exception) -> str:
+    return f"error: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
 
 
 def _project(history: list[tuple[int, float]], n: int) -> float:
@@ -469,7 +535,7 @@ def run_perf_section(args: argparse.Namespace, out_dir: Path) -> str:
     print(f"performance: device {settings.device}, inners {', '.join(settings.inners)}, clock {settings.clock}")
     rows = run_benchmarks(settings, all_workloads(settings.quick))
     with _benchmark_environment():
-        epilogue = epilogue_rows((10, 50, 200, 1000), settings)
+        epilogue = epilogue_rows(EPILOGUE_SIZES, settings)
     series = scaling_series(rows)
     fits = exponents(series)
     png = plot_scaling(series, out_dir / "scaling.png", f"seed program on {settings.device.type}")
@@ -480,8 +546,9 @@ def run_perf_section(args: argparse.Namespace, out_dir: Path) -> str:
     parts = [
         "## Performance",
         f"Device {settings.device.type}, torch {torch.__version__}, inner backends {', '.join(settings.inners)}"
-        f"{' (--quick)' if settings.quick else ''}. Times are medians per call of "
-        f"`Timer.blocked_autorange` ({settings.clock}); compile is the wall time of the first forward+backward "
+        f"{' (--quick)' if settings.quick else ''}. Times per call: best block of `Timer.blocked_autorange` "
+        f"over {settings.rounds} interleaved rounds ({settings.clock}); compile is the wall time of the first "
+        "forward+backward "
         "with the FX-graph and AOTAutograd caches off. `x eager` and `x stock` are forward+backward ratios to "
         "eager and to stock with the same inner backend, from this run. Backward nodes: autograd nodes "
         "reachable from the outputs. Held: distinct storages kept alive by the outputs and the tensors "
@@ -507,3 +574,23 @@ def run_perf_section(args: argparse.Namespace, out_dir: Path) -> str:
     (out_dir / "perf.md").write_text(text)
     print(text)
     return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m predispatch_views.compare.benchmarks``: the performance section alone (scripts/gpu_bench.sh)."""
+    parser = argparse.ArgumentParser(prog="python -m predispatch_views.compare.benchmarks")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--inner", default="aot_eager,inductor", help="inner backends, comma separated")
+    parser.add_argument("--quick", action="store_true", help="aot_eager only, smaller tensors, shorter timing")
+    parser.add_argument("--out", default="results/perf", help="folder for perf.md, perf.csv and scaling.png")
+    parser.add_argument("--min-run-time", type=float, default=None, help="seconds per Timer measurement")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds per workload")
+    parser.add_argument("--step-cap", type=float, default=None, help="skip scaling points projected slower (s)")
+    args = parser.parse_args(argv)
+    args.inners = tuple(i for i in args.inner.split(",") if i)
+    run_perf_section(args, Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
