@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import faulthandler
+import io
 import logging
 import multiprocessing
 import os
@@ -132,22 +134,33 @@ def _run_case_group(case_name: str, labels: Sequence[str], inners: tuple[str, ..
     records = []
     for label in labels:
         r = run_case(case, strategies[label], device)
-        records.append((label, _portable(r.observations), r.nodes, r.fallbacks, r.seconds))
+        records.append((label, _detached(r.observations), r.nodes, r.fallbacks, r.seconds))
     return records
 
 
-def _portable(observation: Any) -> Any:
+def _detached(observation: Any) -> Any:
     """Detached CPU copies of every tensor: an observation must cross a process boundary."""
     if isinstance(observation, torch.Tensor):
         return observation.detach().cpu()
     if isinstance(observation, dict):
-        return {k: _portable(v) for k, v in observation.items()}
+        return {k: _detached(v) for k, v in observation.items()}
     if isinstance(observation, (list, tuple)):
-        return type(observation)(_portable(v) for v in observation)
+        return type(observation)(_detached(v) for v in observation)
     return observation
 
 
+def _run_case_group_in_worker(
+    case_name: str, labels: Sequence[str], inners: tuple[str, ...], device: str
+) -> bytes:
+    # Plain bytes, not pickled tensors: torch's reductions would put every tensor in shared memory (one file
+    # descriptor each), and thousands of them kill workers abruptly.
+    buffer = io.BytesIO()
+    torch.save(_run_case_group(case_name, labels, inners, device), buffer)
+    return buffer.getvalue()
+
+
 def _init_worker(threads: int) -> None:
+    faulthandler.enable()  # a worker that dies in native code says where
     torch.set_num_threads(threads)  # the workers share the cores
 
 
@@ -190,13 +203,13 @@ def run_parity(
         context = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
             futures = {
-                pool.submit(_run_case_group, case.name, groups[case.name], inners, device): case.name
+                pool.submit(_run_case_group_in_worker, case.name, groups[case.name], inners, device): case.name
                 for case in sorted(cases, key=lambda c: -len(groups[c.name]))
             }
             for k, future in enumerate(as_completed(futures)):
                 name = futures[future]
                 try:
-                    records[name] = future.result()
+                    records[name] = torch.load(io.BytesIO(future.result()), weights_only=False)
                 except Exception as e:  # a crashed worker is recorded, not a crash of the harness
                     failure = Raised.of(e)
                     records[name] = [

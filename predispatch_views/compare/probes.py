@@ -158,7 +158,10 @@ def _first_tensor(call: Call) -> torch.Tensor:
 def _after_mutation(call: Call, mutate: Callable[[], Any]) -> dict[str, Any]:
     """Mutate, then record what changed: the values and version counters of everything, grad_fns, grads."""
     before = _versions(call)
-    record: dict[str, Any] = {"mutate": attempt(lambda: mutate() and None)}  # success is None, not the tensor
+    def run() -> None:
+        mutate()  # success records None: the returned tensor is the output itself, already recorded
+
+    record: dict[str, Any] = {"mutate": attempt(run)}
     record["versions"] = _version_deltas(call, before)
     record["values"] = _values(call)
     record["grad_fns"] = [attempt(lambda t=t: _view_grad_fn(t)) for _, t in call.tensors]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .probes import PROBES, Raised, describe
+from .probes import PROBES, Raised, describe, first_difference
 
 if TYPE_CHECKING:
     from .parity import CaseRun, ParityResults
@@ -121,19 +121,31 @@ def text_table(results: ParityResults) -> str:
     return f"{title}\n\n{_text(HEADERS, _rows(results))}\n\n{per_case}\n\n{_text(headers, rows)}"
 
 
-def _fallback_rows(results: ParityResults) -> list[tuple[str, str, str]]:
+def _same_as_stock(results: ParityResults, r: CaseRun) -> str:
+    """Whether a prototype run that fell back behaves exactly as stock with the same inner (it should)."""
+    stock = results.run(r.case.name, f"stock[{r.strategy.inner}]")
+    if stock is None:
+        return "?"
+    same = all(first_difference(stock.observations[p], r.observations[p]) is None for p in PROBES)
+    return "yes" if same else "no"
+
+
+def _fallback_rows(results: ParityResults) -> list[tuple[str, str, str, str]]:
     rows = []
     for (case, label), r in results.runs.items():
         for graph, reason in dict.fromkeys(r.fallbacks):  # a recompile logs the same reason again
-            rows.append((case, label, f"{graph}: {reason}"))
+            rows.append((case, label, f"{graph}: {reason}", _same_as_stock(results, r)))
     return rows
+
+
+FALLBACK_HEADERS = ("case", "strategy", "reason", "behaves as stock")
 
 
 def text_fallbacks(results: ParityResults) -> str:
     rows = _fallback_rows(results)
     if not rows:
         return "\nPrototype fallbacks: none"
-    return "\nPrototype fallbacks\n\n" + _text(("case", "strategy", "reason"), rows)
+    return "\nPrototype fallbacks\n\n" + _text(FALLBACK_HEADERS, rows)
 
 
 def _divergence_rows(results: ParityResults) -> list[tuple[str, str, str, str, str, str]]:
@@ -170,7 +182,7 @@ def markdown(results: ParityResults, *, show_divergences: bool = False) -> str:
         "",
     ]
     fallbacks = _fallback_rows(results)
-    parts.append(_markdown(("case", "strategy", "reason"), fallbacks) if fallbacks else "None.")
+    parts.append(_markdown(FALLBACK_HEADERS, fallbacks) if fallbacks else "None.")
     parts += ["", "### Per case", "", "Probes matched; F: the prototype fell back to stock.", ""]
     parts.append(_markdown(headers, rows))
     if show_divergences:
