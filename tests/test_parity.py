@@ -113,3 +113,14 @@ def test_section_writes_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     stock_mutation = next(r for r in rows if r["strategy"] == "stock" and r["probe"] == "mutate_output")
     assert stock_mutation["status"] == "diverge"
     assert "| stock[aot_eager] |" in markdown
+
+
+def test_mutation_probe_records_what_the_mutation_did() -> None:
+    """Where eager allows the in-place, the probe sees it succeed and sees the doubled values."""
+    run = parity.run_case(by_name("no_grad_input"), eager())
+    forward = run.observations["forward"]["values"]["outputs"]
+    mutated = run.observations["mutate_output"]
+    assert mutated["mutate"] is None
+    assert first_difference(forward[0] * 2, mutated["values"]["outputs"][0]) is None
+    assert first_difference(forward[1], mutated["values"]["outputs"][1]) is None
+    assert mutated["versions"]["outputs"] == [1, 1, 1]  # one base, one version counter
