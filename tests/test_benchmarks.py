@@ -77,7 +77,7 @@ def test_plot(tmp_path: Path) -> None:
 
 
 def test_perf_section_writes_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(benchmarks, "all_workloads", lambda quick: [workloads.seed(n, width=4) for n in (4, 12)])
+    monkeypatch.setattr(benchmarks, "all_workloads", lambda quick, slow: [workloads.seed(n, width=4) for n in (4, 12)])
     monkeypatch.setattr(benchmarks, "EPILOGUE_SIZES", (4, 12))
     monkeypatch.setattr(benchmarks, "_warm_up", lambda settings: None)  # the rows fixture covers it
     args = argparse.Namespace(quick=True, inners=("aot_eager", "inductor"), device="cpu", slow=False)

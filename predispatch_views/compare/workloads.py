@@ -181,8 +181,11 @@ def layers(n_layers: int = 4, batch: int = 32, dim: int = 256) -> Workload:
     )
 
 
-def seed_sizes(quick: bool) -> tuple[int, ...]:
-    return (10, 50, 200, 1000)
+def seed_sizes(quick: bool, slow: bool = False) -> tuple[int, ...]:
+    """N for the scaling series; the targets are read at 50 and 1000."""
+    if quick:
+        return (10, 50, 1000)
+    return (10, 50, 200, 1000, 3000) if slow else (10, 50, 200, 1000)
 
 
 def tiny_workloads() -> list[Workload]:
@@ -191,11 +194,11 @@ def tiny_workloads() -> list[Workload]:
     return [seed(4, width=4), kjt(4, 4, 2), qkv(1, 2, 8), single_view(2), layers(2, 2, 16)]
 
 
-def all_workloads(quick: bool) -> list[Workload]:
+def all_workloads(quick: bool, slow: bool = False) -> list[Workload]:
     """The scaling series first, then the other programs; --quick shrinks the big tensors, not the counts."""
-    out = [seed(n) for n in seed_sizes(quick)]
+    out = [seed(n) for n in seed_sizes(quick, slow)]
     out += [
-        kjt(batch=256 if quick else 2048),
+        kjt(batch=64 if quick else 2048),
         qkv(),
         single_view(),
         layers(),
