@@ -82,6 +82,7 @@ def compile_captured(
     """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture)."""
     inner_fn = resolve_inner(inner)
     result = CompiledProgram(run=_unset, pre_dispatch=pre_dispatch)
+    reason: str | None = None
     try:
         selection = select_epilogue(
             pre_dispatch,
@@ -89,16 +90,15 @@ def compile_captured(
             inputs_alias=inputs_alias(example_inputs),
         )
         if isinstance(selection, Fallback):
-            fallback = fallback_graph or pre_dispatch
-            return _fall_back(result, selection.reason, fallback, example_inputs, inner_fn, strict)
-        result.selection = selection
-        functionalized = functionalize_preserving_views(pre_dispatch, selection)
-        result.functional = functionalized.functional
-        result.sliced = slice_graph(functionalized.executable)
-    except StrictModeError:
-        raise
-    except Exception as e:
+            reason = selection.reason
+        else:
+            result.selection = selection
+            functionalized = functionalize_preserving_views(pre_dispatch, selection)
+            result.functional = functionalized.functional
+            result.sliced = slice_graph(functionalized.executable)
+    except Exception as e:  # an engine limitation must never break a program stock compiles
         reason = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
+    if reason is not None:  # outside the try: stock's own compile errors are the user's, not ours
         return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
 
     core = None
