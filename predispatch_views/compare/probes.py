@@ -395,5 +395,5 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_describe(v) for v in value) + "]"
     if isinstance(value, tuple):
-        return "(" + ", ".join(_describe(v) for v in value) + ")"
+        return "(" + ", ".join(_describe(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     return repr(value)

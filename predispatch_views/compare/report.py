@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .probes import PROBES, Raised, describe, first_difference
 
 if TYPE_CHECKING:
-    from .parity import CaseRun, ParityResults
+    from .parity import CaseRun, Divergence, ParityResults
 
 AS_STRIDED = "AsStridedBackward0"
 
@@ -108,7 +108,7 @@ def _text(headers: tuple[str, ...] | list[str], rows: list[tuple[str, ...]] | li
 
 def _markdown(headers: tuple[str, ...] | list[str], rows: list[tuple[str, ...]] | list[list[str]]) -> str:
     def cells(row: tuple[str, ...] | list[str]) -> str:
-        return "| " + " | ".join(str(x).replace("|", "\\|") for x in row) + " |"
+        return "| " + " | ".join(" ".join(str(x).split()).replace("|", "\\|") for x in row) + " |"
 
     return "\n".join([cells(headers), "|" + "---|" * len(headers), *(cells(r) for r in rows)])
 
@@ -224,7 +224,7 @@ def write_csv(results: ParityResults, path: Path) -> None:
                 writer.writerow(_csv_row(r, reference, probe, d))
 
 
-def _csv_row(r: CaseRun, reference: CaseRun | None, probe: str, d: object) -> list[str]:
+def _csv_row(r: CaseRun, reference: CaseRun | None, probe: str, d: Divergence | None) -> list[str]:
     nodes = r.nodes
     eager_nodes = reference.nodes if reference is not None else Counter()
     expected = reference.observations.get(probe) if reference is not None else None
@@ -234,9 +234,9 @@ def _csv_row(r: CaseRun, reference: CaseRun | None, probe: str, d: object) -> li
         r.strategy.inner or "",
         probe,
         "match" if d is None else "diverge",
-        "" if d is None else d.path,  # type: ignore[attr-defined]
-        describe(expected if d is None else d.expected, 500),  # type: ignore[attr-defined]
-        describe(r.observations.get(probe) if d is None else d.actual, 500),  # type: ignore[attr-defined]
+        "" if d is None else d.path,
+        describe(expected if d is None else d.expected, 500),
+        describe(r.observations.get(probe) if d is None else d.actual, 500),
         str(nodes) if isinstance(nodes, Raised) else str(nodes[AS_STRIDED]),
         str(nodes) if isinstance(nodes, Raised) else str(_node_count(nodes)),
         str(eager_nodes) if isinstance(eager_nodes, Raised) else str(_node_count(eager_nodes)),
