@@ -35,7 +35,7 @@ for spec in inductor:270 aot_eager:150; do
     limit="${spec##*:}"
     echo "== $inner on $DEVICE (limit ${limit} s) -> $OUT/$inner"
     if ! timeout --signal=INT --kill-after=15 "$limit" "$PYTHON" -m predispatch_views.compare.benchmarks \
-        --device "$DEVICE" --inner "$inner" --min-run-time 0.1 --step-cap 2 --out "$OUT/$inner" \
+        --device "$DEVICE" --inner "$inner" --min-run-time 0.1 --step-cap 0.5 --out "$OUT/$inner" \
         > "$OUT/$inner.log" 2>&1; then
         echo "gpu_bench.sh: the $inner run failed or ran out of time, see $OUT/$inner.log" >&2
         status=1
