@@ -17,6 +17,7 @@ Relied on:
 - ``torch._functionalize_is_multi_output_view``: what the unsafe fix keys on (stock strategies in compare/).
 - ``torch._functorch.config.view_replay_for_aliased_outputs`` and
   ``torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base``: the legacy as_strided regeneration.
+- ``torch._functorch.config.enable_autograd_cache`` and ``torch._inductor.config.fx_graph_cache``.
 - ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
 """
 
@@ -46,6 +47,7 @@ __all__ = [
     "FakeTensorMode",
     "FunctionalTensorMode",
     "as_strided_output_regeneration",
+    "compile_caches_disabled",
     "detect_fake_mode",
     "enable_python_dispatcher",
     "from_fun",
@@ -124,6 +126,15 @@ def multi_output_view_optimization_disabled() -> Iterator[None]:
         yield
     finally:
         torch._functionalize_is_multi_output_view = original
+
+
+@contextlib.contextmanager
+def compile_caches_disabled() -> Iterator[None]:
+    """No AOTAutograd or FX graph cache: their keys do not see the patches above."""
+    import torch._inductor.config as inductor_config
+
+    with functorch_config.patch(enable_autograd_cache=False), inductor_config.patch(fx_graph_cache=False):
+        yield
 
 
 @contextlib.contextmanager

@@ -135,16 +135,26 @@ def compile_dynamo_graph(
 
 
 def _may_return_views(gm: fx.GraphModule) -> bool:
-    """False only when Dynamo's example values prove that no output is a view (or an input)."""
-    placeholders = set(gm.graph.find_nodes(op="placeholder"))
+    """False only when Dynamo's example values prove no output aliases an input or another output.
+
+    Aliasing without view-ness counts too: ``detach()`` results share storage and version counter.
+    """
+    seen: set[StorageWeakRef] = set()
+    for p in gm.graph.find_nodes(op="placeholder"):
+        value = p.meta.get("example_value")
+        if isinstance(value, torch.Tensor):
+            seen.add(StorageWeakRef(value.untyped_storage()))
     for arg in fx.node.map_aggregate(gm.graph.output_node().args[0], lambda a: a) or ():
         if not isinstance(arg, fx.Node):
             continue
         value = arg.meta.get("example_value")
-        if arg in placeholders or value is None:
+        if arg.op == "placeholder" or value is None:
             return True
-        if isinstance(value, torch.Tensor) and value._is_view():
-            return True
+        if isinstance(value, torch.Tensor):
+            storage = StorageWeakRef(value.untyped_storage())
+            if value._is_view() or storage in seen:
+                return True
+            seen.add(storage)
     return False
 
 

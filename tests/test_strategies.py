@@ -102,11 +102,6 @@ def test_prototype_has_eagers_single_unbind(inner: str) -> None:
     assert reachable(outs)["AsStridedBackward0"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strategies.py: the AOTAutograd cache keys artifacts by graph, not by the no-fix patch, so "
-    "stock_no_fix[inductor] replays stock's cached artifact (the parity harness disables the cache)",
-)
 def test_autograd_cache_keeps_strategies_apart() -> None:
     with torch._functorch.config.patch(enable_autograd_cache=True):
         outputs(stock("inductor"))

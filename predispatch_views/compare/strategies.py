@@ -56,13 +56,21 @@ def _compiled(fn: Callable[..., Any], backend: Any, patch: Callable[[], Any] | N
     return run
 
 
-def _no_fix() -> contextlib.AbstractContextManager[None]:
-    return ti.multi_output_view_optimization_disabled()
+@contextlib.contextmanager
+def _no_fix() -> Any:
+    # The compile caches key artifacts by graph, not by these patches: without disabling them a patched
+    # strategy would silently reuse stock's compiled artifact.
+    with ti.compile_caches_disabled(), ti.multi_output_view_optimization_disabled():
+        yield
 
 
 @contextlib.contextmanager
 def _legacy() -> Any:
-    with ti.multi_output_view_optimization_disabled(), ti.as_strided_output_regeneration():
+    with (
+        ti.compile_caches_disabled(),
+        ti.multi_output_view_optimization_disabled(),
+        ti.as_strided_output_regeneration(),
+    ):
         yield
 
 
