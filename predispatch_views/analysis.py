@@ -29,6 +29,7 @@ mutation in E that the core also needs is given to the core as its out-of-place 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import fx
@@ -55,17 +56,19 @@ class Fallback:
 
 
 def select_epilogue(
-    gm: fx.GraphModule, *, grad_enabled: bool, inputs_alias: bool = False
+    gm: fx.GraphModule, *, grad_enabled: bool, input_alias_groups: Sequence[int] | None = None
 ) -> EpilogueSelection | Fallback:
-    """Pick the epilogue of a pre-dispatch graph; see Note [Which nodes the epilogue replays]."""
+    """Pick the epilogue of a pre-dispatch graph; see Note [Which nodes the epilogue replays].
+
+    ``input_alias_groups[i]`` is the index of the first input sharing input i's storage: inputs that alias each
+    other are one base for the rules below (a mutation of one after a view of the other is replayed in eager).
+    """
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
-    root = _alias_roots(nodes)
+    root = _alias_roots(nodes, input_alias_groups)
     output = nodes[-1]
     mutations = [n for n in nodes if graph_ops.mutated_input(n) is not None]
 
-    if inputs_alias and mutations:
-        return Fallback("graph inputs alias each other and the graph mutates a tensor")
     for n in mutations:
         if graph_ops.is_storage_mutation(n):
             return Fallback(f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})")
@@ -145,10 +148,16 @@ def select_epilogue(
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
 
 
-def _alias_roots(nodes: list[fx.Node]) -> dict[fx.Node, fx.Node]:
+def _alias_roots(nodes: list[fx.Node], input_alias_groups: Sequence[int] | None) -> dict[fx.Node, fx.Node]:
     """Map each node to the node whose storage it aliases (itself for fresh values)."""
+    placeholders = [n for n in nodes if n.op == "placeholder"]
     root: dict[fx.Node, fx.Node] = {}
+    for i, first in enumerate(input_alias_groups or ()):
+        root[placeholders[i]] = placeholders[first]
     for n in nodes:
+        if n.op == "placeholder":
+            root.setdefault(n, n)
+            continue
         if graph_ops.is_view(n) or graph_ops.is_view_getitem(n):
             root[n] = root.get(n.args[0], n.args[0])  # type: ignore[arg-type]
         elif (target := graph_ops.mutated_input(n)) is not None:

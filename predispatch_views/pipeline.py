@@ -59,15 +59,16 @@ def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
     return ti.lookup_backend(inner)
 
 
-def inputs_alias(example_inputs: Sequence[Any]) -> bool:
-    seen: set[StorageWeakRef] = set()
-    for t in example_inputs:
+def input_alias_groups(example_inputs: Sequence[Any]) -> list[int]:
+    """For each input, the index of the first input that shares its storage (itself if none)."""
+    first: dict[StorageWeakRef, int] = {}
+    groups = []
+    for i, t in enumerate(example_inputs):
         if isinstance(t, torch.Tensor):
-            ref = StorageWeakRef(t.untyped_storage())
-            if ref in seen:
-                return True
-            seen.add(ref)
-    return False
+            groups.append(first.setdefault(StorageWeakRef(t.untyped_storage()), i))
+        else:
+            groups.append(i)
+    return groups
 
 
 def compile_captured(
@@ -87,7 +88,7 @@ def compile_captured(
         selection = select_epilogue(
             pre_dispatch,
             grad_enabled=torch.is_grad_enabled(),
-            inputs_alias=inputs_alias(example_inputs),
+            input_alias_groups=input_alias_groups(example_inputs),
         )
         if isinstance(selection, Fallback):
             reason = selection.reason

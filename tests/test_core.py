@@ -123,6 +123,22 @@ def _unsqueeze_sum_unbind(x):
     return y.unbind(1), y.sum()
 
 
+def _two_views_of_one_base() -> list[torch.Tensor]:
+    base = _leaf(2, 3, 4).mul(1)
+    return [base[0], base[1]]
+
+
+def _mutate_a_view_b(a, b):
+    a.mul_(2)
+    return b.unbind(0), a.unbind(1)
+
+
+def _view_b_mutate_a(a, b):
+    outs = b.unbind(0)
+    a.mul_(2)
+    return outs
+
+
 PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]]]] = {
     "unbind_dim1": (lambda x: x.mul(2).unbind(1), _inputs(_t(3, 4))),
     "unbind_last": (lambda x: x.sin().unbind(-1), _inputs(_t(2, 3, 4))),
@@ -183,6 +199,8 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]]]] = {
     "expand_then_unbind": (lambda x: x.mul(2).expand(3, 4).unbind(0), _inputs(_t(4))),
     "views_under_no_grad_inside_the_graph": (_views_under_no_grad, _inputs(_t(3, 2))),
     "metadata_mutation_of_base_before_views": (_t_then_unbind, _inputs(_t(3, 4))),
+    "aliased_inputs_mutated_before_views": (_mutate_a_view_b, _two_views_of_one_base),
+    "aliased_inputs_mutated_after_views": (_view_b_mutate_a, _two_views_of_one_base),
     "metadata_mutation_of_a_view_read_by_compute": (_transpose_view_and_sum, _inputs(_t(3, 4))),
     "metadata_mutation_after_views": (_unbind_then_t, _inputs(_t(3, 4))),
     "metadata_mutation_read_by_compute_and_views": (_unsqueeze_sum_unbind, _inputs(_t(3, 4))),
