@@ -22,14 +22,15 @@ The epilogue E is the smallest set that satisfies:
    every grad-mode change is replayed too (CreationMeta NO_GRAD_MODE depends on it).
 Everything else is the core. A mutation of a base *before* its views are taken stays in the core: the core is
 functionalized and returns the mutated value, which the epilogue then views (see functionalize.py).
-Replaying E after the whole core is sound only if no core node reads a base after an E data mutation of it,
-and no core node needs a value produced by an E data mutation; otherwise the program falls back. A metadata
-mutation in E that the core also needs is given to the core as its out-of-place view (``t_`` -> ``t``).
+Replaying E after the whole core is sound only if every core node sees the values it saw in the program. A
+mutation in E whose value the core also needs is given to the core in its out-of-place form (``t_`` -> ``t``,
+``add_`` -> ``add``) when it applies to a base itself; a mutation through a view, or a core read of an alias
+taken before the mutation, makes the program fall back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from torch import fx
@@ -109,11 +110,22 @@ def select_epilogue(
                     pull(i)
                 changed = True
 
-    if (reason := _check_replay_order(nodes, order, root, epilogue)) is not None:
+    def recomputable(n: fx.Node) -> bool:
+        """A mutation replayed in eager whose value the core can compute out of place for its own readers."""
+        target = graph_ops.mutated_input(n)
+        if target is None or graph_ops.out_of_place(n.target) is None:
+            return False
+        if graph_ops.is_metadata_mutation(n):
+            return True
+        while graph_ops.is_data_mutation(target):  # a chain of in-place calls on the base itself
+            target = graph_ops.mutated_input(target)  # type: ignore[assignment]
+        return target.op == "placeholder" or root[target] is target
+
+    if (reason := _check_replay_order(nodes, order, root, epilogue, recomputable)) is not None:
         return Fallback(reason)
     toggles = _grad_mode_changes_to_replay(nodes, epilogue, grad_enabled)
 
-    tainted = _tainted(nodes, epilogue)
+    tainted = _tainted(nodes, epilogue, recomputable)
     duplicated: set[fx.Node] = set()
     stack = [i for n in nodes[:-1] if n not in epilogue for i in n.all_input_nodes if i in epilogue]
     while stack:
@@ -122,8 +134,6 @@ def select_epilogue(
             continue
         if n in tainted:
             return Fallback(f"the compiled region reads {n.name}, produced by a mutation replayed in eager")
-        if graph_ops.is_metadata_mutation(n) and graph_ops.out_of_place_view(n.target) is None:
-            return Fallback(f"the compiled region reads {n.name} and {graph_ops.op_name(n)} has no view form")
         duplicated.add(n)
         stack.extend(n.all_input_nodes)
     epilogue |= toggles
@@ -178,15 +188,18 @@ def _sym_from_inputs(nodes: list[fx.Node]) -> set[fx.Node]:
     return out
 
 
-def _tainted(nodes: list[fx.Node], epilogue: set[fx.Node]) -> set[fx.Node]:
-    """Epilogue nodes whose value depends on a data mutation replayed in eager.
+def _tainted(nodes: list[fx.Node], epilogue: set[fx.Node], recomputable: Callable[[fx.Node], bool]) -> set[fx.Node]:
+    """Epilogue nodes whose value depends on a mutation replayed in eager that the core cannot recompute.
 
-    A metadata mutation (t_, unsqueeze_) does not taint: the core computes the same value with the
-    out-of-place view (t, unsqueeze); see functionalize._core_graph.
+    A metadata mutation (t_, unsqueeze_) or an in-place call on a base itself (add_, copy_) does not taint: the
+    core computes the same value out of place (t, add); see functionalize._core_graph.
     """
     tainted: set[fx.Node] = set()
     for n in nodes:
-        if n in epilogue and (graph_ops.is_data_mutation(n) or any(i in tainted for i in n.all_input_nodes)):
+        if n in epilogue and (
+            (graph_ops.mutated_input(n) is not None and not recomputable(n))
+            or any(i in tainted for i in n.all_input_nodes)
+        ):
             tainted.add(n)
     return tainted
 
@@ -196,22 +209,32 @@ def _check_replay_order(
     order: dict[fx.Node, int],
     root: dict[fx.Node, fx.Node],
     epilogue: set[fx.Node],
+    recomputable: Callable[[fx.Node], bool],
 ) -> str | None:
-    """Replaying E after the whole core must not change what any node sees."""
-    first_epilogue_mutation: dict[fx.Node, int] = {}
+    """Replaying E after the whole core must not change what any core node sees.
+
+    A core node that reads a base after an E data mutation of it needs the mutated value: the core recomputes
+    it out of place when it can, and only a value derived from that recomputation (not an alias taken before
+    the mutation) sees it.
+    """
+    mutations: dict[fx.Node, list[fx.Node]] = {}
     for n in nodes:
         if n in epilogue and graph_ops.is_data_mutation(n):
-            first_epilogue_mutation.setdefault(root[n], order[n])
+            mutations.setdefault(root[n], []).append(n)
     for n in nodes:
         if n in epilogue or n.op == "output":
             continue
         for i in n.all_input_nodes:
-            at = first_epilogue_mutation.get(root.get(i, i))
-            if at is not None and at < order[n]:
+            before = [m for m in mutations.get(root.get(i, i), ()) if order[m] < order[n]]
+            if not before:
+                continue
+            if not all(recomputable(m) for m in before):
                 return (
-                    f"{n.name} reads {i.name} after {nodes[at].name} mutated its base, "
+                    f"{n.name} reads {i.name} after {before[0].name} mutated its base through a view, "
                     "and that mutation must be replayed in eager"
                 )
+            if order[i] < order[before[-1]]:
+                return f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base"
     return None
 
 

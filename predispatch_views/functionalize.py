@@ -59,10 +59,10 @@ def _core_graph(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphMod
         if n.op == "output" or (n in selection.epilogue and n not in selection.duplicated):
             continue
         env[n] = graph.node_copy(n, env.__getitem__)
-        if n in selection.epilogue and graph_ops.is_metadata_mutation(n):
+        if n in selection.epilogue and graph_ops.mutated_input(n) is not None:
             # The epilogue replays the in-place call on the core's (unmutated) base; the core only needs the
-            # resulting value, which the out-of-place view computes without touching the base.
-            env[n].target = graph_ops.out_of_place_view(n.target)
+            # resulting value, which the out-of-place form computes without touching the base.
+            env[n].target = graph_ops.out_of_place(n.target)
     graph.output(tuple(env[n] for n in selection.externals))
     return fx.GraphModule(gm, graph)
 

@@ -99,8 +99,8 @@ def is_metadata_mutation(node: fx.Node) -> bool:
     return op is not None and torch.Tag.inplace_view in op.tags
 
 
-def out_of_place_view(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The view op with the same arguments as a metadata mutation: t_ -> t, transpose_ -> transpose.int."""
+def out_of_place(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The op with the same arguments that does not write: t_ -> t, transpose_ -> transpose.int, add_ -> add."""
     name = op._schema.name.split("::")[-1]
     packet = getattr(aten, name.rstrip("_"), None)
     if not name.endswith("_") or packet is None:

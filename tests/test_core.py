@@ -123,6 +123,13 @@ def _unsqueeze_sum_unbind(x):
     return y.unbind(1), y.sum()
 
 
+def _unbind_add_sum(x):
+    y = x.mul(2) if x.requires_grad else x
+    outs = y.unbind(0)
+    y.add_(1)
+    return outs, y.sum()
+
+
 def _two_views_of_one_base() -> list[torch.Tensor]:
     base = _leaf(2, 3, 4).mul(1)
     return [base[0], base[1]]
@@ -200,9 +207,12 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]]]] = {
     "views_under_no_grad_inside_the_graph": (_views_under_no_grad, _inputs(_t(3, 2))),
     "metadata_mutation_of_base_before_views": (_t_then_unbind, _inputs(_t(3, 4))),
     "aliased_inputs_mutated_before_views": (_mutate_a_view_b, _two_views_of_one_base),
+    "mutation_after_views_read_by_compute": (_unbind_add_sum, _inputs(_t(3, 4))),
+    "input_mutation_after_views_read_by_compute": (_unbind_add_sum, lambda: [_leaf(3, 4, requires_grad=False)]),
     "aliased_inputs_mutated_after_views": (_view_b_mutate_a, _two_views_of_one_base),
     "metadata_mutation_of_a_view_read_by_compute": (_transpose_view_and_sum, _inputs(_t(3, 4))),
     "metadata_mutation_after_views": (_unbind_then_t, _inputs(_t(3, 4))),
+    "input_metadata_mutation_feeding_views": (lambda x: (x.t_(), x.unbind(0))[1], lambda: [_leaf(3, 4).mul(1)]),
     "metadata_mutation_read_by_compute_and_views": (_unsqueeze_sum_unbind, _inputs(_t(3, 4))),
 }
 
@@ -238,6 +248,25 @@ def test_split_epilogue_is_one_node() -> None:
     x = _leaf(64, 4)
     outs = backend_aot_eager(lambda x: x.mul(2).split(1))(x)
     assert view_nodes(list(outs)) == {"SplitBackward0": 1}
+
+
+@pytest.mark.parametrize(
+    ("fn", "reason"),
+    [
+        (lambda x: (lambda y: (lambda a, o: (y.add_(1), (o, a.sum()))[1])(y[0], y.unbind(0)))(x.mul(2)), "alias taken"),
+        (lambda x: (lambda y: (lambda o: (y[0].add_(1), (o, y.sum()))[1])(y.unbind(0)))(x.mul(2)), "through a view"),
+        (lambda x: (x.t_(), x.mul(2).unbind(0))[1], "metadata mutation aten.t_"),
+    ],
+    ids=["stale_alias", "mutation_through_a_view", "input_metadata_mutation"],
+)
+def test_fallback_reasons(fn: Callable[..., Any], reason: str) -> None:
+    with pytest.raises(pv.StrictModeError, match=reason):
+        pv.compile_function(fn, strict=True)(_leaf(3, 3, requires_grad=False))
+    pv.FALLBACKS.clear()
+    x = _leaf(3, 3, requires_grad=False)
+    actual = pv.compile_function(fn)(x.clone())
+    assert reason in pv.FALLBACKS[-1][1]
+    torch.testing.assert_close(actual, fn(x.clone()))
 
 
 def test_compile_function_retraces_on_metadata_change() -> None:
