@@ -1,7 +1,8 @@
 """Memory: nothing the runtime does retains bases, autograd graphs or inputs across calls.
 
 Two measures, none timed:
-- live tensors: the number of Python tensor objects gc knows of, before and after 1000 calls;
+- live tensors: the number of Python tensor objects gc knows of, before and after 1000 calls: it may go down
+  (earlier tests' garbage being released) but a per-call leak would add at least 1000;
 - storages: a weak reference to the storage of every call's input and output base (which the autograd graph
   saves for backward, so a retained graph retains it): all must be freed once the call's outputs are dropped.
 Resident memory is printed for the report but not asserted on: glibc's allocator keeps freed pages (eager itself
@@ -103,7 +104,7 @@ def test_thousand_calls_keep_memory_flat(name: str, inner: str) -> None:
     tensors_after, rss_after = live_tensors(), resident_mib()
 
     print(f"{name}[{inner}]: live tensors {tensors_before} -> {tensors_after}, rss {rss_before} -> {rss_after} MiB")
-    assert tensors_after == tensors_before
+    assert tensors_after - tensors_before < CALLS // 20
     alive = [r for r in refs if not r.expired()]
     assert not alive, f"{len(alive)} of {len(refs)} input/base storages still alive after {CALLS} calls"
 
@@ -154,5 +155,5 @@ def test_compile_function_keeps_memory_flat() -> None:
     before = live_tensors()
     refs = _run_calls(compiled, w, CALLS // 4)
     w.grad = None
-    assert live_tensors() == before
+    assert live_tensors() - before < CALLS // 20
     assert all(r.expired() for r in refs)
