@@ -1,0 +1,308 @@
+"""Programs the engine cannot replay, and programs that are wrong in eager.
+
+- Metadata or storage mutation of an input (``t_``, ``resize_``, ``set_``): the pipeline falls back to stock with
+  a logged reason (logger "predispatch_views", ``FALLBACKS``), or raises ``StrictModeError`` with that reason when
+  strict; the result still matches eager. Under Dynamo these ops graph-break before the backend sees them.
+- Inputs that alias each other while the graph mutates one: replayed with one shared base; matches eager.
+- Programs that are wrong in eager (in-place on an unbind output, on a leaf requiring grad, on a view of one):
+  eager's exception type and message. Without Dynamo the engine raises them as eager does; under Dynamo,
+  Dynamo raises them while tracing, as a ``TorchRuntimeError`` (a ``RuntimeError``) quoting eager's message,
+  as it does for stock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import predispatch_views as pv
+from tests.parity_utils import alias_structure, outcome
+
+LOGGER = "predispatch_views"
+
+
+def _arange(*shape: int, requires_grad: bool = False) -> torch.Tensor:
+    numel = 1
+    for s in shape:
+        numel *= s
+    return torch.arange(float(numel)).reshape(shape).clone().requires_grad_(requires_grad)
+
+
+def observe(fn: Callable[..., Any], make_inputs: Callable[[], list[Any]]) -> list[Any]:
+    """Outputs, inputs after the call (metadata and values), aliasing, grad_fn types, gradients."""
+    inputs = make_inputs()
+    leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf]
+    result = outcome(lambda: fn(*inputs))
+    if result[0] == "raised":
+        return [result]
+    outs = [t for t in pytree.tree_leaves(result[1]) if isinstance(t, torch.Tensor)]
+    obs: list[Any] = [pytree.tree_structure(result[1])]
+    obs += [(o.shape, o.stride(), o.detach().clone()) for o in outs]
+    obs += [(i.shape, i.stride(), i.storage_offset(), i.detach().clone()) for i in inputs]
+    obs.append(alias_structure(inputs, outs))
+    obs.append(outcome(lambda: [type(o.grad_fn).__name__ for o in outs]))
+
+    def backward() -> list[Any]:
+        grads = [o for o in outs if o.requires_grad]
+        if grads:
+            sum((o * (k + 1)).sum() for k, o in enumerate(grads)).backward()
+        return [t.grad for t in leaves]
+
+    obs.append(outcome(backward))
+    return obs
+
+
+def assert_same(actual: Any, expected: Any) -> None:
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor)
+        torch.testing.assert_close(actual, expected)
+    elif isinstance(expected, (list, tuple)):
+        assert isinstance(actual, (list, tuple)) and len(actual) == len(expected), (actual, expected)
+        for a, e in zip(actual, expected):
+            assert_same(a, e)
+    else:
+        assert actual == expected
+
+
+# Programs the pipeline cannot replay: each falls back with this reason (``arg0_1`` is the first input).
+
+
+def transpose_input_in_place(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x.t_()
+    return x.mul(2).unbind(0)
+
+
+def resize_input(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x.resize_(2, 6)
+    return x.mul(2).unbind(0)
+
+
+def resize_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.mul(2)
+    y.resize_(12)
+    return y.split(4)
+
+
+def set_input(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x.set_(z)
+    return x.mul(2).unbind(0)
+
+
+FALLBACK_PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]], str]] = {
+    "t_": (
+        transpose_input_in_place,
+        lambda: [_arange(3, 4)],
+        "metadata mutation aten.t_.default of graph input arg0_1",
+    ),
+    "resize_input": (resize_input, lambda: [_arange(3, 4)], "aten.resize_.default changes a tensor's storage"),
+    "resize_intermediate": (
+        resize_intermediate,
+        lambda: [_arange(3, 4)],  # eager refuses to resize a tensor that requires grad
+        "aten.resize_.default changes a tensor's storage",
+    ),
+    "set_": (
+        set_input,
+        lambda: [_arange(3, 4), torch.ones(2, 5)],
+        "aten.set_.source_Tensor changes a tensor's storage",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACK_PROGRAMS))
+def test_unreplayable_program_falls_back_with_a_logged_reason(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    fn, make_inputs, reason = FALLBACK_PROGRAMS[name]
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    pv.FALLBACKS.clear()
+    compiled = pv.compile_function(fn, inner="aot_eager")
+    actual = observe(compiled, make_inputs)
+    logged = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert any(m.startswith("falling back to stock AOTAutograd: ") and reason in m for m in logged), logged
+    assert len(pv.FALLBACKS) == 1 and reason in pv.FALLBACKS[0][1]
+    assert_same(actual, observe(fn, make_inputs))
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACK_PROGRAMS))
+def test_unreplayable_program_in_strict_mode_raises_the_reason(name: str) -> None:
+    fn, make_inputs, reason = FALLBACK_PROGRAMS[name]
+    compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
+    with pytest.raises(pv.StrictModeError, match=reason.replace("(", r"\(").replace(".", r"\.")):
+        compiled(*make_inputs())
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACK_PROGRAMS))
+def test_unreplayable_program_under_dynamo_matches_eager_and_stock(name: str) -> None:
+    """Dynamo graph-breaks on these ops: the rest compiles (strict: no fallback needed) and matches eager."""
+    fn, make_inputs, _ = FALLBACK_PROGRAMS[name]
+    expected = observe(fn, make_inputs)
+    actual = observe(torch.compile(fn, backend=pv.backend("aot_eager", strict=True)), make_inputs)
+    assert_same(actual, expected)
+    torch._dynamo.reset()
+    stock = observe(torch.compile(fn, backend="aot_eager"), make_inputs)
+    assert_same(stock[:-3], expected[:-3])  # stock's outputs are not views: compare values and inputs only
+
+
+def test_dynamo_graph_with_a_storage_mutation_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    """The backend path: a Dynamo graph that resizes an intermediate reaches the pipeline and falls back."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    pv.FALLBACKS.clear()
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x.mul(2)
+        torch.ops.aten.resize_(y, [12])
+        return y.split(4)
+
+    make_inputs = lambda: [_arange(3, 4)]  # noqa: E731
+    actual = observe(torch.compile(fn, backend=pv.backend("aot_eager")), make_inputs)
+    reasons = [reason for _, reason in pv.FALLBACKS]
+    if not reasons:
+        pytest.skip("Dynamo graph-broke on resize_: the pipeline never saw it")
+    assert any("resize_" in r for r in reasons)
+    assert any("falling back to stock AOTAutograd" in r.getMessage() for r in caplog.records if r.name == LOGGER)
+    assert_same(actual[1:-3], observe(fn, make_inputs)[1:-3])
+
+
+# Inputs that alias each other while the graph mutates one of them.
+
+
+def mutate_one_view_the_other(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x.add_(1)
+    return y.unbind(0)
+
+
+def mutate_the_other_view_one(x: torch.Tensor, y: torch.Tensor) -> tuple[Any, ...]:
+    y.mul_(2)
+    return x.unbind(0), y.sum()
+
+
+def views_then_mutate_the_alias(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    outs = y.unbind(0)
+    x.mul_(3)  # eager: the outputs' grad_fn now raises (their base was modified in place)
+    return outs
+
+
+def views_of_both(x: torch.Tensor, y: torch.Tensor) -> tuple[Any, ...]:
+    outs = x.mul(2).unbind(0)
+    y.add_(1)
+    return outs, y.unbind(1)
+
+
+def _overlapping(requires_grad: bool) -> Callable[[], list[torch.Tensor]]:
+    def make() -> list[torch.Tensor]:
+        base = _arange(4, 3, requires_grad=requires_grad)
+        base = base.mul(1) if requires_grad else base
+        return [base[:3], base[1:]]
+
+    return make
+
+
+ALIASING = {
+    "mutate_one_view_the_other": mutate_one_view_the_other,
+    "mutate_the_other_view_one": mutate_the_other_view_one,
+    "views_then_mutate_the_alias": views_then_mutate_the_alias,
+    "views_of_both": views_of_both,
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize("name", sorted(ALIASING))
+def test_aliased_inputs_with_a_mutation_match_eager(name: str, entry: str, requires_grad: bool) -> None:
+    fn = ALIASING[name]
+    make_inputs = _overlapping(requires_grad)
+    if entry == "backend":
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
+    else:
+        compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
+    expected, actual = observe(fn, make_inputs), observe(compiled, make_inputs)
+    if name == "mutate_the_other_view_one" and requires_grad:  # the core computes y.sum(): compiled grad_fn
+        assert expected[-2][1][-1] == "SumBackward0" and actual[-2][1][-1] == "CompiledFunctionBackward"
+        expected[-2], actual[-2] = expected[-2][1][:-1], actual[-2][1][:-1]
+    assert_same(actual, expected)
+
+
+# Programs that are wrong in eager.
+
+
+def mutate_unbind_output(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    a, b, c = x.mul(2).unbind(0)
+    a.mul_(3)
+    return a, b, c
+
+
+def mutate_split_output_then_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    outs = x.mul(2).split(1)
+    outs[1].add_(1)
+    return tuple(o.view(-1) for o in outs)
+
+
+def in_place_on_leaf(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x.add_(1)
+    return x.unbind(0)
+
+
+def in_place_on_view_of_leaf(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    outs = x.unbind(0)
+    outs[0].add_(1)
+    return outs
+
+
+def in_place_on_slice_of_leaf(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x[0].zero_()
+    return x.chunk(3)
+
+
+WRONG_IN_EAGER = {
+    "mutate_unbind_output": mutate_unbind_output,
+    "mutate_split_output_then_view": mutate_split_output_then_view,
+    "in_place_on_leaf": in_place_on_leaf,
+    "in_place_on_view_of_leaf": in_place_on_view_of_leaf,
+    "in_place_on_slice_of_leaf": in_place_on_slice_of_leaf,
+}
+
+
+def _eager_error(fn: Callable[..., Any]) -> tuple[type[BaseException], str]:
+    with pytest.raises(RuntimeError) as info:
+        fn(_arange(3, 4, requires_grad=True))
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("name", sorted(WRONG_IN_EAGER))
+def test_wrong_in_eager_raises_eagers_error_without_dynamo(name: str, strict: bool) -> None:
+    fn = WRONG_IN_EAGER[name]
+    error_type, message = _eager_error(fn)
+    compiled = pv.compile_function(fn, inner="aot_eager", strict=strict)
+    with pytest.raises(BaseException) as info:
+        compiled(_arange(3, 4, requires_grad=True))
+    assert type(info.value) is error_type
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_IN_EAGER))
+def test_wrong_in_eager_raises_eagers_error_under_dynamo(name: str) -> None:
+    fn = WRONG_IN_EAGER[name]
+    _, message = _eager_error(fn)
+    errors = []
+    for backend in (pv.backend("aot_eager", strict=True), "aot_eager"):
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError) as info:
+            torch.compile(fn, backend=backend)(_arange(3, 4, requires_grad=True))
+        assert message in str(info.value)
+        errors.append(type(info.value))
+    assert errors[0] is errors[1]  # whatever Dynamo wraps eager's error in, the prototype changes nothing
+
+
+def test_wrong_only_when_the_input_requires_grad() -> None:
+    """Same program, leaf without grad then with: fine, then eager's error (a recompile, not a stale graph)."""
+    compiled = torch.compile(in_place_on_leaf, backend=pv.backend("aot_eager", strict=True))
+    x = _arange(3, 4)
+    outs = compiled(x)
+    assert all(o._base is x for o in outs)
+    torch.testing.assert_close(torch.stack(outs), _arange(3, 4) + 1)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        compiled(_arange(3, 4, requires_grad=True))
