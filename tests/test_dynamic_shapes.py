@@ -245,3 +245,43 @@ def test_dynamic_shapes_with_inductor() -> None:
         assert alias_structure([x], list(outs)) == alias_structure([x], list(expected))
         assert view_nodes(flat_tensors(outs)) == view_nodes(flat_tensors(expected))
     assert backend.graphs == 1
+
+
+def split_of_concatenation(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = torch.cat([x, y])
+    n = z.size(0)
+    return z.sin().split([1, n - 1])
+
+
+def test_split_sizes_from_an_intermediate_size() -> None:
+    """The size is an intermediate's (a cat of two dynamic inputs), not an input's."""
+    backend = prototype()
+    compiled = torch.compile(split_of_concatenation, backend=backend, dynamic=True)
+    for n in (3, 5, 8):
+        _check_pair(split_of_concatenation, compiled, lambda n=n: [_leaf(n, 2), _leaf(n + 1, 2, requires_grad=False)])
+    assert backend.graphs == 1
+
+
+def split_of_nonzero(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    idx = (x > 0).nonzero()
+    n = idx.size(0)
+    return idx.float().mul(2).split([n // 2, n - n // 2])
+
+
+def test_split_sizes_from_a_data_dependent_size() -> None:
+    """nonzero's length is an unbacked symbol computed in the core; the epilogue splits by it."""
+    backend = prototype()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        compiled = torch.compile(split_of_nonzero, backend=backend)
+        for n in (5, 9, 6):
+            _check_pair(split_of_nonzero, compiled, lambda n=n: [_leaf(n, 3, requires_grad=False)])
+    assert backend.graphs <= 2
+
+
+def _check_pair(fn: Callable[..., Any], compiled: Callable[..., Any], make_inputs: Callable[[], list[Any]]) -> None:
+    inputs = make_inputs()
+    outs, expected = compiled(*inputs), fn(*inputs)
+    assert [o.shape for o in outs] == [e.shape for e in expected]
+    for o, e in zip(outs, expected):
+        torch.testing.assert_close(o, e)
+    assert alias_structure(inputs, list(outs)) == alias_structure(inputs, list(expected))
