@@ -31,6 +31,18 @@ def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> f
         return ti.trace_pre_dispatch(_as_callable(gm), fakes)
 
 
+def unrecorded_state_change(gm: fx.GraphModule) -> str | None:
+    """A global-state call of Dynamo's graph that pre-dispatch tracing would run but not record.
+
+    make_fx records grad-mode and autocast changes as nodes, but an inference_mode region would silently be
+    compiled with autograd on.
+    """
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and getattr(n.target, "__name__", "") == "_enter_inference_mode":
+            return "an inference_mode region inside the graph (pre-dispatch tracing does not record it)"
+    return None
+
+
 def _fake_of(placeholder: fx.Node, example: Any, fake_mode: ti.FakeTensorMode | None) -> Any:
     """Dynamo hands backends real tensors and a fresh fake mode over its ShapeEnv: fakify as AOTAutograd does."""
     if isinstance(example, torch.Tensor) and fake_mode is not None:

@@ -114,11 +114,13 @@ def compile_dynamo_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
     """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its fake inputs."""
-    from .capture import capture_graph_module
+    from .capture import capture_graph_module, unrecorded_state_change
 
     if not _may_return_views(gm):
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
         return CompiledProgram(run=resolve_inner(inner)(gm, list(example_inputs)), notes=["no view outputs"])
+    if (reason := unrecorded_state_change(gm)) is not None:
+        return _fall_back(CompiledProgram(run=_unset), reason, gm, example_inputs, resolve_inner(inner), strict)
     try:
         pre_dispatch = capture_graph_module(gm, example_inputs)
     except Exception as e:
