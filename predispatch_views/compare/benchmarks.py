@@ -49,6 +49,7 @@ class Settings:
     min_run_time: float  # seconds per Timer measurement
     rounds: int  # interleaved timing rounds per workload; each strategy keeps its best
     step_cap_s: float  # skip a scaling point whose projected forward+backward is longer than this
+    budget_s: float = 3.0  # timing seconds per measured call, beyond the first round
     slow: bool = False  # also N=3000 in the scaling series
 
     @property
@@ -119,21 +120,27 @@ def compile_instance(workload: Workload, strategy: Strategy, settings: Settings)
 
 class BestTime:
     """Seconds per call, best block over rounds. The first round is ``Timer.blocked_autorange`` (which also sizes
-    the blocks); each later round times one more block of that size. Other jobs on a shared machine only ever
-    add time, so the best block is the least disturbed estimate."""
+    the blocks); each later round times one more block of that size, until ``settings.budget_s`` is spent (a
+    call of seconds gets one round). Other jobs on a shared machine only ever add time, so the best block is
+    the least disturbed estimate."""
 
     def __init__(self, fn: Callable[[], Any], settings: Settings) -> None:
         self.timer = Timer("fn()", globals={"fn": fn}, timer=settings.timer, num_threads=torch.get_num_threads())
         self.min_run_time = settings.min_run_time
+        self.budget_s = settings.budget_s
         self.number = 0
+        self.spent = 0.0
         self.best = math.inf
 
     def round(self) -> float:
         if self.number == 0:
             measurement = self.timer.blocked_autorange(min_run_time=self.min_run_time)
             self.number = measurement.number_per_run
-        else:
+        elif self.spent < self.budget_s:
             measurement = self.timer.timeit(self.number)
+        else:
+            return self.best
+        self.spent += sum(measurement.times) * self.number
         self.best = min(self.best, *measurement.times)
         return self.best
 
@@ -269,6 +276,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         min_run_time=min_run_time or (0.02 if quick else 0.1),
         rounds=getattr(args, "rounds", None) or (4 if quick else 7),
         step_cap_s=step_cap_s or (0.1 if quick else 10.0),
+        budget_s=0.3 if quick else 3.0,
         slow=bool(getattr(args, "slow", False)),
     )
 
@@ -293,6 +301,8 @@ def run_benchmarks(settings: Settings, workloads: list[Workload], progress: Call
             live: dict[str, tuple[Row, Instance]] = {}  # compiled and not failed
             workload_rows = []
             for strategy in strategies:
+                if workload.strategies is not None and strategy.name not in workload.strategies:
+                    continue
                 key = f"{workload.name}/{strategy.label}"
                 row = Row(workload.name, workload.n_outputs, strategy.label, strategy.inner)
                 projected = _project(history.get(key, []), workload.n_outputs)

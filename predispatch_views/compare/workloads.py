@@ -36,6 +36,7 @@ class Workload:
     n_outputs: int  # views the program returns per call (the x axis of the scaling plot)
     description: str
     instantiate: Callable[[Make, torch.device], Instance]
+    strategies: tuple[str, ...] | None = None  # strategy names to run (None: all)
 
 
 def _leaf(*shape: int, device: torch.device) -> torch.Tensor:
@@ -65,9 +66,10 @@ def seed(n: int, width: int = 256, per_output_loss: bool = False) -> Workload:
         fn = make(seed_program)
         return Instance(lambda: fn(x), _sum_of_sums if per_output_loss else _stack_sum)
 
-    suffix = "_sumloss" if per_output_loss else ""
-    loss = "sum of o.sum() per output" if per_output_loss else "stack(outs).sum()"
-    return Workload(f"seed{suffix}", n, f"x.mul(2).unbind(0), x ({n}, {width}); loss {loss}", instantiate)
+    if per_output_loss:  # a side figure: how a per-output eager loss dilutes the ratios
+        description = f"x.mul(2).unbind(0), x ({n}, {width}); loss: one o.sum() per output"
+        return Workload("seed_sumloss", n, description, instantiate, ("eager", "stock", "prototype"))
+    return Workload("seed", n, f"x.mul(2).unbind(0), x ({n}, {width}); loss stack(outs).sum()", instantiate)
 
 
 # --- keyed-embedding batch: pooled values times a weight, split into a dict of features ----------------
