@@ -17,7 +17,8 @@ PYTHON="${PYTHON:-python}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! "$PYTHON" -c "import predispatch_views" 2>/dev/null; then
-    "$PYTHON" -m pip install --quiet -e ".[plot]"
+    # No dependencies and no build isolation: never replace the machine's (CUDA) torch, and work offline.
+    "$PYTHON" -m pip install --quiet --no-deps --no-build-isolation -e .
 fi
 "$PYTHON" -c "import matplotlib" 2>/dev/null || "$PYTHON" -m pip install --quiet "matplotlib>=3.7" \
     || echo "gpu_bench.sh: matplotlib unavailable, tables only" >&2
