@@ -274,7 +274,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         inners=inners,
         quick=quick,
         min_run_time=min_run_time or (0.02 if quick else 0.1),
-        rounds=getattr(args, "rounds", None) or (4 if quick else 7),
+        rounds=getattr(args, "rounds", None) or (6 if quick else 7),
         step_cap_s=step_cap_s or (0.1 if quick else 10.0),
         budget_s=0.3 if quick else 3.0,
         slow=bool(getattr(args, "slow", False)),
