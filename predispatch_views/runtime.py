@@ -67,7 +67,7 @@ class EpilogueCodegen:
             if n.target is operator.getitem:
                 expr = f"{self.fmt(n.args[0], names)}[{self.fmt(n.args[1], names)}]"
             else:
-                fn = self.bind(_fast_callable(n.target), "op")
+                fn = self.bind(_fast_callable(n.target), _readable_name(n.target))
                 parts = [self.fmt(a, names) for a in n.args]
                 parts += [f"{k}={self.fmt(v, names)}" for k, v in n.kwargs.items()]
                 expr = f"{fn}({', '.join(parts)})"
@@ -121,6 +121,12 @@ def _output_runs(outputs: tuple[Any, ...], output: fx.Node) -> dict[int, int]:
 
 def _as_tuple(outputs: Any) -> tuple[Any, ...]:
     return tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
+
+
+def _readable_name(target: Any) -> str:
+    # aten.unbind.int -> "aten_unbind_int", operator.floordiv -> "floordiv": the source reads like the graph.
+    name = str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", "op")
+    return "".join(c if c.isalnum() else "_" for c in name) + "_"
 
 
 def _fast_callable(target: Any) -> Callable[..., Any]:

@@ -98,7 +98,7 @@ def forward(self, mul: "f32[3, 4]"):
 def run(*args):
     core = _core(*args)
     v0 = core[0]
-    v1 = _op0(v0)
+    v1 = _aten_unbind_int_0(v0)
     v2 = v1[0]
     v3 = v1[1]
     v4 = v1[2]
@@ -165,7 +165,7 @@ def forward(self, add_: "f32[3, 4]"):
 def run(*args):
     core = _core(*args)
     v0 = core[0]
-    v1 = _op0(v0)
+    v1 = _aten_unbind_int_0(v0)
     v2 = v1[0]
     v3 = v1[1]
     v4 = v1[2]
