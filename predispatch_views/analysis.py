@@ -152,9 +152,6 @@ def select_epilogue(
             resolved[n] = source
         else:
             externals.append(n)
-    for n in mutations:
-        if n not in epilogue and root[n].op == "placeholder" and graph_ops.is_metadata_mutation(n):
-            return Fallback(f"metadata mutation {graph_ops.op_name(n)} of graph input {root[n].name}")
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
 
 
