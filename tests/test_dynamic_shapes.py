@@ -8,26 +8,15 @@ is long, so Dynamo guards on the count: one compile per length, as stock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 
 import predispatch_views as pv
+from predispatch_views.compare.stress import CountingBackend
 from tests.parity_utils import alias_structure, assert_matches_eager, flat_tensors, view_nodes
-
-
-class CountingBackend:
-    """Wraps a backend callable and counts how many graphs Dynamo compiled with it."""
-
-    def __init__(self, inner: Callable[..., Any]) -> None:
-        self.inner = inner
-        self.graphs = 0
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        self.graphs += 1
-        return self.inner(gm, example_inputs)
 
 
 def prototype(inner: str = "aot_eager") -> CountingBackend:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import predispatch_views as pv
+from predispatch_views.compare.stress import CountingBackend
 from tests.models import MultiTaskTower
 from tests.parity_utils import alias_structure, assert_matches_eager, flat_tensors, outcome, view_nodes
 
@@ -18,16 +19,6 @@ from tests.parity_utils import alias_structure, assert_matches_eager, flat_tenso
 MULTI_OUTPUT_INPLACE = (
     "is a view and is being modified inplace. This view is the output of a function that returns multiple views."
 )
-
-
-class CountingBackend:
-    def __init__(self, inner: Callable[..., Any]) -> None:
-        self.inner = inner
-        self.graphs = 0
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        self.graphs += 1
-        return self.inner(gm, example_inputs)
 
 
 def compiled_prototype(fn: Callable[..., Any], inner: str = "aot_eager", strict: bool = True) -> Callable[..., Any]:

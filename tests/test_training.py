@@ -8,7 +8,7 @@ recompile per step.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from torch import nn
 from torch._dynamo.backends.registry import lookup_backend
 
 import predispatch_views as pv
+from predispatch_views.compare.stress import CountingBackend
 from tests.models import MODELS, loss_fn, make_batch, make_model
 from tests.parity_utils import alias_structure, flat_tensors
 
@@ -24,16 +25,6 @@ STEPS = 20
 LR = 0.05
 # Every batch of a model has the same shapes (recsys: bag lengths are permuted, their total is fixed): one graph.
 GRAPHS = 1
-
-
-class CountingBackend:
-    def __init__(self, inner: Callable[..., Any]) -> None:
-        self.inner = inner
-        self.graphs = 0
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        self.graphs += 1
-        return self.inner(gm, example_inputs)
 
 
 def train(model: nn.Module, forward: Callable[..., Any], steps: int = STEPS) -> tuple[list[float], list[Any]]:
