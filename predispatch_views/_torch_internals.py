@@ -6,7 +6,7 @@ Relied on:
 - ``torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True)``: tracing above autograd, so the graph
   holds the calls autograd sees (``chunk``, ``tensor_split``, ``unbind``... as written, CIA ops not decomposed).
 - ``torch._subclasses.functional_tensor.FunctionalTensorMode(pre_dispatch=True)`` and AOTAutograd's
-  ``functional_utils`` (``to_fun``, ``from_fun``, ``has_data_mutation``, ``has_metadata_mutation``):
+  ``functional_utils`` (``to_fun``, ``from_fun``, ``has_data_mutation``):
   functionalization at the pre-dispatch level.
 - ``torch._dispatch.python.enable_python_dispatcher``.
 - ``torch._guards.detect_fake_mode`` and ``torch._subclasses.fake_tensor.FakeTensorMode``.
@@ -33,7 +33,6 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._functorch._aot_autograd.functional_utils import (
     from_fun,
     has_data_mutation,
-    has_metadata_mutation,
     to_fun,
 )
 from torch._guards import detect_fake_mode
@@ -52,7 +51,6 @@ __all__ = [
     "enable_python_dispatcher",
     "from_fun",
     "has_data_mutation",
-    "has_metadata_mutation",
     "inductor_compile_fx",
     "inductor_wrapper_class",
     "lookup_backend",

@@ -135,10 +135,6 @@ def _is_tensor_val(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), torch.Tensor)
 
 
-def is_tensor(node: fx.Node) -> bool:
-    return _is_tensor_val(node)
-
-
 def op_name(node: fx.Node) -> str:
     op = _overload(node)
     if op is not None:
