@@ -7,22 +7,12 @@ from expecttest import TestCase
 
 from predispatch_views.capture import capture_function
 from predispatch_views.pipeline import CompiledProgram, compile_captured
+from tests.test_explain import mutate_then_view, seed
 
 
 def _compile(fn, *args) -> CompiledProgram:
     graph, _ = capture_function(lambda *a: list(fn(*a)), list(args))
     return compile_captured(graph, list(args), "aot_eager", strict=True)
-
-
-def seed(x):
-    intermediate = x.mul(2)
-    return intermediate.unbind(0)
-
-
-def mutate_then_view(x):
-    y = x.mul(2)
-    y.add_(1)
-    return y.unbind(0)
 
 
 class TestStages(TestCase):
