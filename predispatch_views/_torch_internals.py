@@ -10,7 +10,8 @@ Relied on:
   functionalization at the pre-dispatch level.
 - ``torch._dispatch.python.enable_python_dispatcher``.
 - ``torch._guards.detect_fake_mode`` and ``torch._subclasses.fake_tensor.FakeTensorMode``.
-- ``torch._dynamo.backends.registry.lookup_backend``, ``register_backend`` and ``_COMPILER_FNS``.
+- ``torch._dynamo.backends.registry.lookup_backend``, ``register_backend``, ``_COMPILER_FNS``, ``_BACKENDS`` and
+  ``_discover_entrypoint_backends``: registering the backend name (entry point or not).
 - ``torch._guards.TracingContext.tensor_to_context``: Dynamo's symbolic context of each real input.
 - ``torch._inductor.compile_fx.compile_fx``: the default inner backend.
 - ``torch._TorchCompileInductorWrapper``: what plain ``torch.compile(fn)`` uses; the experimental flag hooks it.
@@ -83,15 +84,21 @@ def fakify_like_dynamo(t: torch.Tensor, fake_mode: FakeTensorMode) -> torch.Tens
     return fake_mode.from_tensor(t, symbolic_context=symbolic_context, source=source, trace=False)
 
 
-def dynamo_backend_names() -> Any:
+def register_backend_once(fn: Callable[..., Any], name: str) -> None:
+    """Register ``fn`` as ``name`` unless Dynamo already has it or will load it from an entry point.
+
+    Note [Registering with and without the entry point]
+    An installed package declares the name in the ``torch_dynamo_backends`` entry-point group. Dynamo's
+    ``lookup_backend`` then loads the entry point, which imports this package, and registers what it loaded;
+    had the import registered the name too, that second registration fails with "duplicate name". So the
+    import registers only when no entry point declares the name (the package used from a source tree), and
+    otherwise leaves the registration to Dynamo, whichever of the import or the lookup comes first.
+    """
     from torch._dynamo.backends import registry
 
-    return registry._COMPILER_FNS
-
-
-def register_backend(fn: Callable[..., Any], name: str) -> None:
-    from torch._dynamo.backends import registry
-
+    registry._discover_entrypoint_backends()
+    if name in registry._COMPILER_FNS or registry._BACKENDS.get(name) is not None:
+        return
     registry.register_backend(fn, name=name)
 
 
