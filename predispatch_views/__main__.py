@@ -12,8 +12,13 @@ def main(argv: list[str] | None = None) -> int:
     from .compare.main import add_compare_arguments
     from .explain import add_explain_arguments
 
-    add_compare_arguments(sub.add_parser("compare", help="parity and performance tables vs eager and stock"))
-    add_explain_arguments(sub.add_parser("explain", help="every stage's graph for one program"))
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+    add_compare_arguments(
+        sub.add_parser("compare", help="parity and performance tables vs eager and stock", formatter_class=defaults)
+    )
+    add_explain_arguments(
+        sub.add_parser("explain", help="every stage's graph for one program", formatter_class=defaults)
+    )
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)
 

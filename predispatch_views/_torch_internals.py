@@ -20,6 +20,8 @@ Relied on:
   ``torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base``: the legacy as_strided regeneration.
 - ``torch._functorch.config.enable_autograd_cache`` and ``torch._inductor.config.fx_graph_cache``.
 - ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
+- ``GraphModule.compile_subgraph_reason.user_stack`` and ``gm.meta["dynamo_compile_id"]``, which Dynamo's
+  OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names.
 """
 
 from __future__ import annotations
@@ -100,6 +102,18 @@ def register_backend_once(fn: Callable[..., Any], name: str) -> None:
     if name in registry._COMPILER_FNS or registry._BACKENDS.get(name) is not None:
         return
     registry.register_backend(fn, name=name)
+
+
+def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
+    """(function name, file, line where the graph ends, compile id) of a graph Dynamo captured, else None."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    stack = getattr(reason, "user_stack", None)
+    if not stack:
+        return None
+    frame = stack[0]  # the frame Dynamo compiled (later entries: calls inlined into it)
+    meta = getattr(gm, "meta", None)
+    compile_id = meta.get("dynamo_compile_id") if isinstance(meta, dict) else None
+    return frame.name, frame.filename, int(frame.lineno or 0), "" if compile_id is None else str(compile_id)
 
 
 def lookup_backend(name: str) -> Callable[..., Any]:

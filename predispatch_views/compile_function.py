@@ -17,6 +17,7 @@ import torch.utils._pytree as pytree
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .capture import capture_function
+from .labels import LABEL_KEY, function_label
 from .pipeline import CompiledProgram, InnerBackend, compile_captured
 
 
@@ -62,6 +63,7 @@ def _compile(
 
     tensors = [flat[i] for i in tensor_positions]
     graph, _ = capture_function(flat_fn, tensors)
+    graph.meta[LABEL_KEY] = function_label(fn)
     program = compile_captured(graph, tensors, inner, strict=strict)
     return _Entry(program, out_spec[0])
 
