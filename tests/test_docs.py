@@ -4,6 +4,7 @@ the code can log is in that list."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 from predispatch_views import fallbacks
@@ -56,3 +57,14 @@ def test_every_reason_the_code_logs_is_listed() -> None:
     for message in messages:
         matching = [r for r in fallbacks.FALLBACK_REASONS if r.marker in message]
         assert len(matching) == 1, f"{message!r} is not in predispatch_views/fallbacks.py (or is ambiguous)"
+
+
+def test_only_the_full_comparison_rewrites_the_committed_results() -> None:
+    spec = importlib.util.spec_from_file_location("regenerate_results", ROOT / "scripts" / "regenerate_results.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    committed = ROOT / "design" / "results.md"
+    assert script.default_output(False, []) == committed
+    assert script.default_output(True, []) == ROOT / "results" / "results-quick.md"
+    assert script.default_output(False, ["--cases", "unbind"]) == ROOT / "results" / "results-partial.md"
