@@ -1,4 +1,5 @@
-"""Command line: ``python -m predispatch_views compare [--quick]`` and ``... explain MODULE:FUNCTION``."""
+"""Command line: ``python -m predispatch_views compare [--quick]``, ``... explain MODULE:FUNCTION`` and
+``... run SCRIPT [ARGS]`` (the experimental flag on)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     from .compare.main import add_compare_arguments
     from .explain import add_explain_arguments
+    from .launcher import add_run_arguments
 
     defaults = argparse.ArgumentDefaultsHelpFormatter
     add_compare_arguments(
@@ -19,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     add_explain_arguments(
         sub.add_parser("explain", help="every stage's graph for one program", formatter_class=defaults)
     )
+    add_run_arguments(sub.add_parser("run", help="run a script with the experimental flag on"))
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)
 

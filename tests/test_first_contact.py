@@ -188,3 +188,23 @@ def test_fallback_entries_name_the_function_and_its_file_line() -> None:
     code = resize_then_split.__code__
     name = "test_fallback_entries_name_the_function_and_its_file_line.<locals>.resize_then_split"
     assert label == f"{name} ({code.co_filename}:{code.co_firstlineno})"
+
+
+def test_run_launches_a_script_with_the_flag_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "train.py"
+    report_file = tmp_path / "seen.json"
+    script.write_text(
+        "import json, os, sys\nimport predispatch_views\n"
+        f"json.dump([predispatch_views.is_enabled(), os.environ['PREDISPATCH_VIEWS'], sys.argv[1:], __name__], "
+        f"open({str(report_file)!r}, 'w'))\n"
+    )
+    monkeypatch.setenv("PREDISPATCH_VIEWS", "0")  # recorded, so the launcher's export is undone afterwards
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    from predispatch_views.__main__ import main
+
+    assert not pv.is_enabled()
+    assert main(["run", str(script), "--epochs", "2"]) == 0
+    assert json.loads(report_file.read_text()) == [True, "1", ["--epochs", "2"], "__main__"]
+    assert not pv.is_enabled()  # switched off again when the script returns
+    assert main(["run", str(tmp_path / "missing.py")]) == 2
