@@ -34,8 +34,9 @@ fall back:
 - a random in-place op (``uniform_``, ``bernoulli_``, in-place dropout): replayed, it draws after every random
   op of the core instead of between them, and a core reader recomputing it out of place would draw twice;
 - a data mutation of a base (a graph input or an intermediate, or a view of one) when a differentiable op of
-  the core computes from that base and its backward needs values (``sin``, ``mul`` of two tensors...): the core is one opaque autograd
-  node whose saved tensors AOTAutograd's partitioner chooses, and it may save the base and recompute from it.
+  the core computes from that base and its backward needs values (``sin``, ``mul`` of two tensors...): the
+  core is one opaque autograd node whose saved tensors AOTAutograd's partitioner chooses, and it may save the
+  base and recompute from it.
   Eager may have saved a later intermediate instead, so the replayed write would bump the version of a tensor the
   compiled backward checks, an error eager does not raise. Ops whose backward reads no input (``add``, ``mul``
   by a number, ``sum``) cannot make the partitioner save anything, and are looked through.
@@ -47,6 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.utils._pytree as pytree
 from torch import fx
 
 from . import graph_ops
@@ -174,7 +176,39 @@ def select_epilogue(
             resolved[n] = source
         else:
             externals.append(n)
+    if (reason := _unreproduced_output_alias(nodes, epilogue, resolved)) is not None:
+        return Fallback(reason)
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
+
+
+def _unreproduced_output_alias(
+    nodes: list[fx.Node], epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node]
+) -> str | None:
+    """The plan check of Note [The invariant] (pipeline.py): every output the trace shows aliasing an input or
+    another output must be replayed in eager (or be the input itself); computed by the core it would come back
+    as AOTAutograd regenerates it, not as eager made it.
+    """
+    storages: dict[int, str] = {}
+    for p in (n for n in nodes if n.op == "placeholder"):
+        if isinstance(value := p.meta.get("val"), torch.Tensor):
+            storages.setdefault(_storage(value), f"input {p.name}")
+    seen: set[fx.Node] = set()
+    for k, n in enumerate(a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)):
+        value = n.meta.get("val")
+        if n in seen or not isinstance(value, torch.Tensor):
+            continue
+        seen.add(n)
+        other = storages.setdefault(_storage(value), f"output {k}")
+        if other != f"output {k}" and n.op != "placeholder" and n not in epilogue and n not in resolved:
+            return (
+                f"output {k} ({n.name}, {graph_ops.op_name(n)}) aliases {other} in the trace, but no view call "
+                "the epilogue can replay produces it"
+            )
+    return None
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
 
 
 def _alias_roots(nodes: list[fx.Node], input_alias_groups: Sequence[int] | None) -> dict[fx.Node, fx.Node]:

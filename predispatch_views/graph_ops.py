@@ -88,7 +88,7 @@ def returns_its_input(node: fx.Node) -> bool:
     if op is None or op._schema.is_mutable or not node.args or not isinstance(node.args[0], fx.Node):
         return False
     if op._schema.name.split("::")[-1] in _DROPOUTS:
-        p, train = (list(node.args[1:3]) + [None, None])[:2]
+        p, train = [*node.args[1:3], None, None][:2]
         return p == 0 or train is False
     value, first = node.meta.get("val"), node.args[0].meta.get("val")
     return (
