@@ -3,6 +3,23 @@
 Every entry point (Dynamo backend, experimental flag, compile_function, explain) goes through
 ``compile_captured``. A stage that finds the program cannot be replayed faithfully returns a reason; the
 program then goes to stock AOTAutograd with the same inner backend, and the reason is logged.
+
+Note [The invariant]
+For every program, the prototype (1) replays it faithfully, or (2) falls back to stock with a logged reason
+(``strict=True`` raises it instead), or (3) raises eager's error. It is never silently different from eager
+where stock is not. What enforces it, in pipeline order:
+- capture: constructs that pre-dispatch tracing runs but does not record faithfully (an inference_mode region,
+  a custom autograd.Function) fall back before tracing (capture.capture_limitation); a failed trace falls back;
+- analysis: a plan whose replay would change what the compiled region sees or saves falls back (Notes [Which
+  nodes the epilogue replays] and [Mutations the epilogue must not replay]); so does a plan that would not
+  reproduce the trace's alias structure: every output that the trace shows aliasing an input or another output
+  must come from a replayed view call (the plan check in analysis.py);
+- compile: an error compiling the core (which is not the user's program: it returns bases the user only viewed)
+  falls back, so stock decides whether the program compiles;
+- runtime: the epilogue replays eager's own calls, so eager's errors are raised as eager raises them, and it
+  restores the caller's grad mode if one of them raises.
+The differential fuzzer (compare/fuzz.py) and the ported upstream cases check the invariant on programs nobody
+here wrote; design/04 gives the counts.
 """
 
 from __future__ import annotations
