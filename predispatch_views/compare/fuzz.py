@@ -41,9 +41,16 @@ RNG_SEED = 1234
 
 
 def probe_after_call(call: Callable[[], Call]) -> Any:
-    """Grad mode and the next random draw after one call, also when the call raised (issue 9, classes 2 and 3)."""
+    """Grad mode after one call, also when it raised (issue 9, class 3); the next random draw if it returned.
+
+    How much randomness a program drew before it raised is not compared (compiling may raise before running).
+    """
     outcome = attempt(lambda: call() and None)
-    record = {"call": outcome, "grad_enabled": torch.is_grad_enabled(), "next_random": torch.rand(4)}
+    record = {
+        "call": outcome,
+        "grad_enabled": torch.is_grad_enabled(),
+        "next_random": "the call raised" if isinstance(outcome, Raised) else torch.rand(4),
+    }
     torch.set_grad_enabled(True)
     return record
 
@@ -163,13 +170,27 @@ class StrategyResult:
         return "fallback" if self.fallbacks else self.outcome.kind
 
 
+# The two things the prototype must never do (issue 9's invariant); each failing program is shrunk under its rule.
+WRONG_WHERE_STOCK_MATCHES = "wrong where stock matches"
+CRASH_WHERE_STOCK_RUNS = "crash where stock runs"
+
+
+def violated_rule(prototype: Outcome, stock: Outcome) -> str | None:
+    if prototype.kind != "match" and stock.kind == "match":
+        return WRONG_WHERE_STOCK_MATCHES
+    if prototype.kind == "crash" and stock.kind != "crash":
+        return CRASH_WHERE_STOCK_RUNS
+    return None
+
+
 @dataclass
 class Failure:
-    """A prototype strategy wrong (diverging or crashing) on a program where stock matches eager."""
+    """A prototype strategy violating a rule: wrong where stock matches eager, or crashing where stock runs."""
 
     program: Program
     label: str
     outcome: Outcome
+    rule: str
     shrunk: Program | None = None
     shrunk_outcome: Outcome | None = None
     tried: int = 0
@@ -193,9 +214,15 @@ def is_prototype(s: Strategy) -> bool:
 
 
 def failure_predicate(
-    reference: Strategy, subject: Strategy, control: Strategy | None, outcome: Outcome, eager_raises: bool
+    reference: Strategy,
+    subject: Strategy,
+    control: Strategy | None,
+    outcome: Outcome,
+    eager_raises: bool,
+    rule: str = WRONG_WHERE_STOCK_MATCHES,
 ) -> Callable[[Program], bool]:
-    """True on programs where ``subject`` still fails like ``outcome`` (kind and probe) and ``control`` matches.
+    """True on programs where ``subject`` still fails like ``outcome`` (kind and probe) and ``control`` with it
+    still violates ``rule``.
 
     Only the failing probe and forward are run. A candidate must raise in eager's forward iff the original did
     (deleting the statement that makes eager's output valid is no reproducer).
@@ -209,7 +236,7 @@ def failure_predicate(
         got = classify(ref, run_program(candidate, subject, probes))
         if got.kind != outcome.kind or got.probe != outcome.probe:
             return False
-        return control is None or classify(ref, run_program(candidate, control, probes)).kind == "match"
+        return control is None or violated_rule(got, classify(ref, run_program(candidate, control, probes))) == rule
 
     return fails
 
@@ -240,16 +267,17 @@ def fuzz(
         results.programs.append((program, row))
         for s in strategies:
             control = _stock_label(strategies, s)
-            if not is_prototype(s) or control is None or row[control].outcome.kind != "match":
+            if not is_prototype(s) or control is None:
                 continue
             outcome = row[s.label].outcome
-            if outcome.kind == "match":
+            rule = violated_rule(outcome, row[control].outcome)
+            if rule is None:
                 continue
-            failure = Failure(program, s.label, outcome)
+            failure = Failure(program, s.label, outcome, rule)
             if do_shrink:
                 control_strategy = next(t for t in strategies if t.label == control)
                 eager_raises = isinstance(runs[reference.label].observations["forward"], Raised)
-                fails = failure_predicate(reference, s, control_strategy, outcome, eager_raises)
+                fails = failure_predicate(reference, s, control_strategy, outcome, eager_raises, rule)
                 failure.shrunk, failure.tried = shrink(program, fails, max_shrink_tests)
                 ref = run_program(failure.shrunk, reference)
                 failure.shrunk_outcome = classify(ref, run_program(failure.shrunk, s))
@@ -267,21 +295,30 @@ def fuzz(
 # Reports.
 # ---------------------------------------------------------------------------------------------------------
 
-COLUMNS = ("match", "divergence", "crash", "fallback", "fallback_match", "wrong_where_stock_matches")
+COLUMNS = (
+    "match",
+    "divergence",
+    "crash",
+    "fallback",
+    "fallback_match",
+    "wrong_where_stock_matches",
+    "crash_where_stock_runs",
+)
 
 
 def summary(results: FuzzResults) -> dict[str, dict[str, int]]:
     table: dict[str, dict[str, int]] = {}
-    wrong: dict[str, set[str]] = {}
+    wrong: dict[tuple[str, str], set[str]] = {}
     for f in results.failures:
-        wrong.setdefault(f.label, set()).add(f.program.name)
+        wrong.setdefault((f.label, f.rule), set()).add(f.program.name)
     for label in results.labels[1:]:
         counts = dict.fromkeys(COLUMNS, 0)
         for _, row in results.programs:
             r = row[label]
             counts[r.category] += 1
             counts["fallback_match"] += bool(r.fallbacks) and r.outcome.kind == "match"
-        counts["wrong_where_stock_matches"] = len(wrong.get(label, ()))
+        counts["wrong_where_stock_matches"] = len(wrong.get((label, WRONG_WHERE_STOCK_MATCHES), ()))
+        counts["crash_where_stock_runs"] = len(wrong.get((label, CRASH_WHERE_STOCK_RUNS), ()))
         table[label] = counts
     return table
 
@@ -295,7 +332,8 @@ def markdown(results: FuzzResults) -> str:
         f"Every probe of the parity suite plus `after_call` and `sharing`; {results.seconds:.0f} s "
         f"({rate:.0f} programs/minute, shrinking included). `fallback` programs are not counted in match/"
         "divergence/crash; `fallback_match` is how many of them still matched eager. "
-        "`wrong_where_stock_matches`: the strategy diverges or crashes on a program where stock matches eager.",
+        "`wrong_where_stock_matches`: the strategy diverges or crashes on a program where stock matches eager; "
+        "`crash_where_stock_runs`: it crashes where stock does not (stock may diverge).",
         "",
         "| strategy | " + " | ".join(COLUMNS) + " |",
         "|---|" + "---:|" * len(COLUMNS),
@@ -310,7 +348,11 @@ def markdown(results: FuzzResults) -> str:
     if reasons:
         lines += ["", "Fallback reasons (programs x strategies):", ""]
         lines += [f"- {count} x {reason}" for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])]
-    lines += ["", f"### Prototype wrong where stock matches eager: {len(results.failures)}", ""]
+    lines += [
+        "",
+        f"### Prototype wrong where stock matches eager, or crashing where stock runs: {len(results.failures)}",
+    ]
+    lines.append("")
     for f in results.failures:
         lines += failure_markdown(f)
     return "\n".join(lines) + "\n"
@@ -319,7 +361,7 @@ def markdown(results: FuzzResults) -> str:
 def failure_markdown(f: Failure) -> list[str]:
     shown = f.shrunk or f.program
     outcome = f.shrunk_outcome or f.outcome
-    title = f"{f.program.name} under {f.label}"
+    title = f"{f.program.name} under {f.label}: {f.rule}"
     if f.shrunk is not None:
         title += f" (shrunk from {len(f.program.body)} to {len(shown.body)} statements in {f.tried} tries)"
     return [f"#### {title}", "", f"- {outcome.describe()}", "", "```python", shown.source().rstrip(), "```", ""]
