@@ -184,7 +184,7 @@ def input_mutation_requires_grad_no_grad_inference_graph(a: torch.Tensor) -> Any
         return a + 3
 
 
-@port("test_input_mutation_requires_grad_no_grad_detach_mixed", lambda rg: mutable(t(4)), grads=(True,))
+@port("test_input_mutation_requires_grad_no_grad_detach_mixed", lambda rg: mutable(t(4)), grads=(True,), fast=True)
 def input_mutation_requires_grad_no_grad_detach_mixed(a: torch.Tensor) -> Any:
     a.detach().mul_(2)
     a.mul_(3)
@@ -279,7 +279,7 @@ def buffer_batch_norm(
 # ---------------------------------------------------------------------------------------------------------
 
 
-@port("test_input_mutation_set__input_mutation", _m33)
+@port("test_input_mutation_set__input_mutation", _m33, fast=True)
 def input_mutation_set__input_mutation(a: torch.Tensor) -> Any:
     b = torch.arange(9, dtype=a.dtype).reshape(3, 3)
     with torch.no_grad():
@@ -638,6 +638,7 @@ def split_output_saved_for_backward(a: torch.Tensor, b: torch.Tensor) -> Any:
 @port(
     "test_input_data_and_metadata_mutation_aliases_other_input",
     lambda rg: aliased((2, 2), rg=rg, views=lambda x: (x[0], x[0])),
+    fast=True,
 )
 def input_data_and_metadata_mutation_aliases_other_input(a: torch.Tensor, b: torch.Tensor) -> Any:
     a.mul_(2)
@@ -794,6 +795,7 @@ for _layout, (_size, _views) in _FALSE_ALIASING.items():
         _false_aliasing(_size, _views),
         grads=(True, False) if _layout == "rows" else (False,),
         name=f"input_mutation_false_aliasing_{_layout}",
+        fast=_layout == "overlap_24",
     )(_input_mutation_false_aliasing)
 del _layout, _size, _views
 
@@ -819,7 +821,7 @@ def dupe_arg(x: torch.Tensor, y: torch.Tensor) -> Any:
     return x + y
 
 
-@port1("test_dupe_arg_torture", _dupes(t(3, 3), (0, 0), clone=True))
+@port1("test_dupe_arg_torture", _dupes(t(3, 3), (0, 0), clone=True), fast=True)
 def dupe_arg_torture(x: torch.Tensor, y: torch.Tensor) -> Any:
     x.t_()
     y.unsqueeze_(0)
@@ -925,7 +927,7 @@ def input_output_alias_custom_autograd_function(x: torch.Tensor) -> Any:
     return ReturnsInput.apply(x)
 
 
-@port("test_custom_autograd", lambda rg: plain(t(3, rg=rg)))
+@port("test_custom_autograd", lambda rg: plain(t(3, rg=rg)), fast=True)
 def custom_autograd(x: torch.Tensor) -> Any:
     return CloneGradPlusOne.apply(x)
 
