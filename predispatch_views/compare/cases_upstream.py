@@ -368,6 +368,46 @@ def input_inplace_requires_grad_true(a: torch.Tensor, b: torch.Tensor) -> Any:
     return a.mul(3), b.mul(4)
 
 
+# TestAOTDispatch runs these on TwoTensor subclasses; here on plain tensors.
+
+
+@port("test_aot_dispatch_input_mutation", lambda rg: mutable(t(3, 3, rg=rg), t(3, 3, rg=rg)))
+def two_input_mutations(a: torch.Tensor, b: torch.Tensor) -> Any:
+    a.mul_(2)
+    b.mul_(3)
+    return a + b
+
+
+@port("test_aot_dispatch_input_metadata_mutation", lambda rg: mutable(t(3, 3, rg=rg), t(3, 3, rg=rg)))
+def two_input_metadata_mutations(a: torch.Tensor, b: torch.Tensor) -> Any:
+    a.t_()
+    b.unsqueeze_(0)
+    return a + b
+
+
+@port("test_aot_dispatch_input_data_and_metadata_mutation", lambda rg: mutable(t(3, 3, rg=rg), t(3, 3, rg=rg)))
+def two_input_data_and_metadata_mutations(a: torch.Tensor, b: torch.Tensor) -> Any:
+    a.t_()
+    b.unsqueeze_(0)
+    a.mul_(2)
+    b.mul_(3)
+    return a + b
+
+
+@port("test_aot_dispatch_input_mutation_and_output_alias", lambda rg: mutable(t(3, 3, rg=rg), t(3, 3, rg=rg)))
+def input_mutations_and_output_alias(a: torch.Tensor, b: torch.Tensor) -> Any:
+    a.mul_(2)
+    b.mul_(3)
+    return b.view(b.shape), a + b
+
+
+@port("test_aot_module_simplified_preserves_stack_trace_from_mutation", lambda rg: mutable(t(4, 5, rg=rg)))
+def mutate_select_of_input(x: torch.Tensor) -> Any:
+    x_view = x[0]
+    x_view.mul_(2)
+    return (x + x,)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Outputs that are views of inputs.
 # ---------------------------------------------------------------------------------------------------------
