@@ -7,6 +7,15 @@ import argparse
 import sys
 
 
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """``(default: ...)`` after every option that has a default worth showing (not None, not a False flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m predispatch_views")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -14,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from .explain import add_explain_arguments
     from .launcher import add_run_arguments
 
-    defaults = argparse.ArgumentDefaultsHelpFormatter
+    defaults = _HelpWithDefaults
     add_compare_arguments(
         sub.add_parser("compare", help="parity and performance tables vs eager and stock", formatter_class=defaults)
     )

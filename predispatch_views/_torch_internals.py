@@ -22,6 +22,7 @@ Relied on:
 - ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
 - ``GraphModule.compile_subgraph_reason.user_stack`` and ``gm.meta["dynamo_compile_id"]``, which Dynamo's
   OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names.
+- ``torch.ops.higher_order.autograd_function_apply``: how Dynamo records a custom autograd.Function.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 __all__ = [
+    "AUTOGRAD_FUNCTION_APPLY",
     "SET_GRAD_ENABLED",
     "FakeTensor",
     "FakeTensorMode",
@@ -64,6 +66,7 @@ __all__ = [
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
+AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 
 
 def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:

@@ -58,6 +58,34 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "produced by a mutation replayed in eager",
     ),
     FallbackReason(
+        "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken",
+        "`<node> (<op>) draws random numbers after a view is taken; replayed after the compiled region it would "
+        "draw again, in another order`",
+        "replayed, it draws after every random op of the core instead of between them, and a core reader "
+        "recomputing it out of place would draw twice.",
+        "analysis.py",
+        "draws random numbers after a view is taken",
+    ),
+    FallbackReason(
+        "a write to a base after its views are taken, when a differentiable op of the compiled region may save "
+        "that base for backward",
+        "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) "
+        "of the compiled region may save it, or a value computed from it, for backward`",
+        "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
+        "bump the version of a tensor the compiled backward checks, an error eager does not raise.",
+        "analysis.py",
+        "of the compiled region may save it",
+    ),
+    FallbackReason(
+        "an output that aliases an input or another output in the trace but that no replayable view call produces",
+        "`output <k> (<node>, <op>) aliases <input or output> in the trace, but no view call the epilogue can "
+        "replay produces it`",
+        "computed by the core, it would come back as AOTAutograd regenerates it, not as eager made it (the plan "
+        "check of Note [The invariant] in pipeline.py).",
+        "analysis.py",
+        "the epilogue can replay produces it",
+    ),
+    FallbackReason(
         "an `inference_mode` region inside a Dynamo graph",
         "`an inference_mode region inside the graph` (Dynamo path)",
         "pre-dispatch tracing runs `_enter_inference_mode` but does not record it, so the core would compute the "
@@ -66,12 +94,28 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "an inference_mode region inside the graph",
     ),
     FallbackReason(
+        "a custom `autograd.Function` inside a Dynamo graph",
+        "`a custom autograd.Function` (Dynamo path)",
+        "pre-dispatch tracing inlines its forward and drops its backward, so the core would differentiate the "
+        "forward instead of calling the user's backward.",
+        "capture.py",
+        "a custom autograd.Function (pre-dispatch tracing inlines",
+    ),
+    FallbackReason(
         "a Dynamo graph the pre-dispatch capture cannot trace",
         "`pre-dispatch capture failed: ...` (Dynamo path)",
         "the graph cannot be traced at the pre-dispatch level (an op or a Dynamo construct the tracer does not "
         "support).",
         "pipeline.py",
         "pre-dispatch capture failed",
+    ),
+    FallbackReason(
+        "a core the inner backend fails to compile",
+        "`compiling the core raised ...`",
+        "the core is not the user's program: it returns bases the program only viewed (perhaps under `no_grad`), "
+        "so AOTAutograd can trace a backward the program never asks for; stock decides.",
+        "pipeline.py",
+        "compiling the core raised",
     ),
     FallbackReason(
         "an internal error of the pipeline",

@@ -17,7 +17,9 @@ from .validate import ArgumentError, check_compare_arguments
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a subset that finishes in under 3 minutes on 2 CPUs")
-    parser.add_argument("--inner", default="aot_eager,inductor", help="inner backends, comma separated")
+    parser.add_argument(
+        "--inner", default=None, help="inner backends, comma separated (default aot_eager,inductor; --fuzz: aot_eager)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--show-divergences", action="store_true", help="list every divergence side by side")
     parser.add_argument(
@@ -35,11 +37,14 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-perf", action="store_true", help="no performance section")
     parser.add_argument("--slow", action="store_true", help="also run the stress workloads")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
+    parser.add_argument("--fuzz", type=int, default=0, metavar="N", help="only run N random programs (fuzz.py)")
+    parser.add_argument("--seed", type=int, default=0, help="the fuzzer's seed")
     parser.set_defaults(run=run_compare)
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    args.inners = tuple(i.strip() for i in args.inner.split(",") if i.strip())
+    inner = args.inner or ("aot_eager" if args.fuzz else "aot_eager,inductor")
+    args.inners = tuple(i.strip() for i in inner.split(",") if i.strip())
     if args.divergence_strategy is not None or args.divergence_case is not None:
         args.show_divergences = True
     try:
@@ -47,6 +52,11 @@ def run_compare(args: argparse.Namespace) -> int:
     except ArgumentError as e:
         print(f"compare: error: {e}", file=sys.stderr)
         return 2
+    if args.fuzz:
+        from .fuzz import run_fuzz_section
+
+        run_fuzz_section(args, out_dir)
+        return 0
     sections: list[str] = []
     start = time.perf_counter()
     failure: str | None = None
