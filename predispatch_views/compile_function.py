@@ -97,25 +97,26 @@ def compile_function(
     inner: the backend that compiles the core ("aot_eager", "inductor", "eager", or a backend callable).
     strict: raise instead of falling back (to stock AOTAutograd or to eager).
     """
-    cache: dict[Hashable, list[_Entry]] = {}
+    # One entry per input key; an entry whose lifted tensors changed (a frozen parameter, a replaced buffer of
+    # another shape) is replaced by a new trace.
+    cache: dict[Hashable, _Entry] = {}
     owners = _owned_modules(fn)
 
     def compiled(*args: Any, **kwargs: Any) -> Any:
         flat, in_spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_leaf)
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]
         key = (in_spec, torch.is_grad_enabled(), _metadata_key(flat), tuple(m.training for _, m in owners))
-        entries = cache.setdefault(key, [])
-        for entry in entries:
-            if entry.eager_reason is not None:
-                return fn(*args, **kwargs)
+        entry = cache.get(key)
+        lifted = None
+        if entry is not None and entry.eager_reason is None:
             lifted = entry.lifted_tensors()
-            if lifted is not None and _metadata_key(tensors + lifted) == entry.lifted_key:
-                return _run(entry, tensors + lifted)
-        entry = _compile(fn, owners, flat, in_spec, inner, strict)
-        entries.append(entry)
+            if lifted is None or _metadata_key(tensors + lifted) != entry.lifted_key:
+                entry = None
+        if entry is None:
+            entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict)
+            lifted = entry.lifted_tensors()
         if entry.eager_reason is not None:
             return fn(*args, **kwargs)
-        lifted = entry.lifted_tensors()
         assert lifted is not None
         return _run(entry, tensors + lifted)
 
@@ -198,39 +199,30 @@ def _eager(reason: str, strict: bool, error: Exception | None) -> _Entry:
 
 
 def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source]:
-    """Map each output leaf to its source and make the graph return each distinct tensor once.
+    """Map each output leaf to where it comes from, keeping eager's object identities.
 
     An output that *is* an input object (``return x``, ``x.add_(1)``, ``x.requires_grad_()``) is returned as the
-    real input; a tensor returned twice is one program result.
+    real input, and a tensor returned twice as the program's first result for it: the epilogue would return
+    the same objects, but stock AOTAutograd (a fallback) returns fresh aliases. The graph keeps all its outputs.
     """
-    graph = capture.graph.graph
-    output = graph.output_node()
-    returned = list(output.args[0])
-    placeholders = list(graph.find_nodes(op="placeholder"))
+    returned = list(capture.graph.graph.output_node().args[0])
+    placeholders = list(capture.graph.graph.find_nodes(op="placeholder"))
     input_ids = {id(f): i for i, f in enumerate(capture.inputs)}
-    results: list[fx.Node] = []
-    result_of: dict[int, int] = {}
+    first: dict[int, int] = {}
     sources: list[_Source] = []
     k = 0
     for leaf in leaves:
         if not isinstance(leaf, torch.Tensor):
             sources.append(_Constant(leaf))
             continue
-        node = returned[k]
-        k += 1
+        root = _returned_input(returned[k])
         if id(leaf) in input_ids:
             sources.append(_FromInput(input_ids[id(leaf)]))
-            continue
-        root = _returned_input(node)
-        if root is not None:  # a lifted tensor, returned (or mutated in place and returned)
+        elif root is not None:  # a lifted tensor, returned (or mutated in place and returned)
             sources.append(_FromInput(placeholders.index(root)))
-            continue
-        if id(leaf) not in result_of:
-            result_of[id(leaf)] = len(results)
-            results.append(node)
-        sources.append(_FromProgram(result_of[id(leaf)]))
-    output.args = (tuple(results),)
-    capture.graph.recompile()
+        else:
+            sources.append(_FromProgram(first.setdefault(id(leaf), k)))
+        k += 1
     return sources
 
 
