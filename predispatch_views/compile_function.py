@@ -105,12 +105,13 @@ def compile_function(
     def compiled(*args: Any, **kwargs: Any) -> Any:
         flat, in_spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_leaf)
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-        key = (in_spec, torch.is_grad_enabled(), _metadata_key(flat), tuple(m.training for _, m in owners))
+        key = (in_spec, torch.is_grad_enabled(), _metadata_key(flat), _training_flags(owners))
         entry = cache.get(key)
         lifted = None
         if entry is not None and entry.eager_reason is None:
             lifted = entry.lifted_tensors()
-            if lifted is None or _metadata_key(tensors + lifted) != entry.lifted_key:
+            # Without lifted tensors ``key`` already says everything ``lifted_key`` would.
+            if lifted is None or (lifted and _metadata_key(tensors + lifted) != entry.lifted_key):
                 entry = None
         if entry is None:
             entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict)
@@ -278,6 +279,11 @@ def _owned_modules(fn: Callable[..., Any]) -> list[tuple[str, nn.Module]]:
 
 
 _State = dict[int, tuple[nn.Module, str, str, torch.Tensor]]  # id(tensor) -> (owner, name, kind, tensor)
+
+
+def _training_flags(owners: list[tuple[str, nn.Module]]) -> tuple[bool, ...]:
+    # Every submodule: ``model.dropout.eval()`` changes what the trace would record as much as ``model.eval()``.
+    return tuple(m.training for _, owner in owners for m in owner.modules())
 
 
 def _module_state(owners: list[tuple[str, nn.Module]]) -> _State:
