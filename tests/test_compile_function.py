@@ -420,3 +420,38 @@ def test_sgd_training_through_compile_function_matches_eager() -> None:
     _assert_same_state(twin, eager)
     assert not torch.equal(twin.proj.weight, _pair(ChunkHeads)[0].proj.weight)  # the loop did train
     assert len(compiled.cache) == 1
+
+
+def test_returned_closed_over_tensors_are_themselves_and_in_place_updates_happen_once() -> None:
+    table = nn.Parameter(torch.randn(3, 4))
+    calls = torch.zeros(())
+
+    def fn(x: torch.Tensor) -> Any:
+        calls.add_(1)  # a small real tensor: the trace must not update it itself
+        return table, (x * table).unbind(0)
+
+    compiled = _compile(fn, strict=True)
+    x = _x(3, 4)
+    out = compiled(x)
+    compiled(x)
+    assert out[0] is table and calls.item() == 2
+    _assert_outputs_match(out[1], (x * table).unbind(0), [x])
+
+
+@pytest.mark.slow
+def test_never_worse_than_the_backend_on_the_case_library() -> None:
+    """scripts/compile_function_parity.py as a test: per case, as many probes match eager as under the backend."""
+    from predispatch_views.compare.cases import CASES
+    from predispatch_views.compare.parity import compare, run_case
+    from predispatch_views.compare.strategies import Strategy, eager, prototype
+
+    function = Strategy("prototype_fn", "aot_eager", lambda fn: pv.compile_function(fn, inner="aot_eager"))
+    worse = []
+    for case in CASES:
+        reference = run_case(case, eager())
+        backend, compiled = run_case(case, prototype("aot_eager")), run_case(case, function)
+        compare(reference, backend)
+        compare(reference, compiled)
+        if compiled.matched < backend.matched:
+            worse.append(case.name)
+    assert not worse
