@@ -173,25 +173,27 @@ def _created_inside(get_attr: fx.Node) -> bool:
 class _CaptureWatch(TorchFunctionMode):
     """Fakify the real tensors a traced function reads, and refuse what the trace cannot record.
 
-    A real tensor (a parameter, a closed-over tensor) reaching a torch call is replaced by its fake, memoized,
-    and remembered in ``real_of`` (id of the fake -> (fake, real)): make_fx then records it as a ``get_attr``
-    constant that _lift_constants maps back to the real tensor. Letting the fake mode convert real tensors
-    itself is not enough: an in-place call whose only tensor is real (``num_batches_tracked.add_(1)``) is
-    constant-folded by FakeTensorMode, on the real tensor, during the trace.
+        A real tensor (a parameter, a closed-over tensor) reaching a torch call is replaced by its fake, memoized,
+        and remembered in ``real_of`` (id of the fake -> (fake, real)): make_fx then records it as a ``get_attr``
+        constant that _lift_constants maps back to the real tensor. Letting the fake mode convert real tensors
+        itself is not enough: an in-place call whose only tensor is real (``num_batches_tracked.add_(1)``) is
+        constant-folded by FakeTensorMode, on the real tensor, during the trace.
 
-    Note [What the trace cannot record]
-    A pre-dispatch trace records ATen calls; it runs, but does not record, calls that only change autograd
-    state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
-    hooks (``register_hook``, ``retain_grad``), and a backward pass inside the function (``torch.autograd.grad``:
-    its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said). Custom
-    ``autograd.Function``s are inlined: their forward is traced and their backward is lost. Each raises
-    UnsupportedCapture with what it saw.
+        Note [What the trace cannot record]
+        A pre-dispatch trace records ATen calls; it runs, but does not record, calls that only change autograd
+        state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
+        hooks (``register_hook``, ``retain_grad``), and a backward pass inside the function (``torch.autograd.grad``:
+        its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said), an
+    ``inference_mode`` region (compiled with autograd on: its results would not be inference tensors). Custom
+        ``autograd.Function``s are inlined: their forward is traced and their backward is lost. Each raises
+        UnsupportedCapture with what it saw.
     """
 
     def __init__(self, fake_mode: ti.FakeTensorMode) -> None:
         super().__init__()
         self.fake_mode = fake_mode
         self.real_of: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.inference_mode = torch.is_inference_mode_enabled()
 
     def _fake(self, t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, ti.FakeTensor):
@@ -205,6 +207,8 @@ class _CaptureWatch(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         reason = _unrecordable(func, args, kwargs)
+        if reason is None and torch.is_inference_mode_enabled() != self.inference_mode:
+            reason = "an inference_mode region inside the function is not recorded by the trace"
         if reason is not None:
             raise UnsupportedCapture(reason)
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._fake, (args, kwargs))

@@ -3,7 +3,7 @@ and aot_module).
 
 Inputs and outputs may be any pytree of tensors and constants (a ``torch.Size`` stays a ``torch.Size``). A new
 trace is made whenever the input metadata changes (structure, constants, shape, stride, dtype, device,
-requires_grad, grad mode, and which inputs alias each other), or the metadata of a lifted tensor or the
+requires_grad, grad and inference mode, and which inputs alias each other), or the metadata of a lifted tensor or the
 ``training`` flag of a module the function owns changes; shapes are static.
 
 Tensors the function reads without receiving them (a module's parameters and buffers, closed-over or global
@@ -105,7 +105,13 @@ def compile_function(
     def compiled(*args: Any, **kwargs: Any) -> Any:
         flat, in_spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_leaf)
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-        key = (in_spec, torch.is_grad_enabled(), _metadata_key(flat), _training_flags(owners))
+        key = (
+            in_spec,
+            torch.is_grad_enabled(),
+            torch.is_inference_mode_enabled(),
+            _metadata_key(flat),
+            _training_flags(owners),
+        )
         entry = cache.get(key)
         lifted = None
         if entry is not None and entry.eager_reason is None:

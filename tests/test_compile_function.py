@@ -229,6 +229,13 @@ def _hook_inside(x: torch.Tensor) -> Any:
     return y.unbind(0)
 
 
+def _inference_mode_region(x: torch.Tensor) -> Any:
+    y = x.mul(2)
+    with torch.inference_mode():
+        z = x.sin()
+    return y.unbind(0), z
+
+
 UNRECORDABLE: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], str]] = {
     "autograd_function": (_through(PlusOneBackward), lambda: [_x(2, 3)], "PlusOneBackward"),
     "autograd_function_mutating_grad": (_through(DoublesGradInPlace), lambda: [_x(2, 3)], "DoublesGradInPlace"),
@@ -241,6 +248,7 @@ UNRECORDABLE: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor
     "autograd_grad": (_grad_inside(False), lambda: [_x(2, 3)], "backward pass inside"),
     "autograd_grad_create_graph": (_grad_inside(True), lambda: [_x(2, 3)], "backward pass inside"),
     "register_hook": (_hook_inside, lambda: [_x(2, 3)], "register_hook"),
+    "inference_mode": (_inference_mode_region, lambda: [_x(2, 3)], "inference_mode region"),
 }
 
 
