@@ -92,14 +92,13 @@ class FunctionCapture:
 
     The placeholders are the function's tensor inputs, then one per entry of ``lifted``: the real tensors the
     function read without receiving them (module parameters and buffers, closed-over or global tensors), in
-    the order the trace met them. ``outputs`` are the fake values the function returned, in order.
+    the order the trace met them. ``inputs`` are the fakes of the function's tensor inputs.
     """
 
     graph: fx.GraphModule
     fake_mode: ti.FakeTensorMode
     inputs: list[torch.Tensor]
     lifted: list[torch.Tensor]
-    outputs: list[Any]
 
 
 def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[torch.Tensor]) -> FunctionCapture:
@@ -118,19 +117,16 @@ def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[to
     """
     fake_mode = ti.FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [fake_mode.from_tensor(t) for t in flat_tensors]
-    outputs: list[Any] = []
     watch = _CaptureWatch(fake_mode)
 
     def watched(*args: Any) -> list[Any]:
         with watch, _autograd_functions_refused():
-            outs = flat_fn(*args)
-        outputs[:] = outs
-        return outs
+            return flat_fn(*args)
 
     with fake_mode:
         gm = ti.trace_pre_dispatch(watched, fakes)
     lifted = _lift_constants(gm, watch.real_of)
-    return FunctionCapture(gm, fake_mode, fakes, lifted, outputs)
+    return FunctionCapture(gm, fake_mode, fakes, lifted)
 
 
 def _lift_constants(gm: fx.GraphModule, real_of: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
@@ -173,20 +169,20 @@ def _created_inside(get_attr: fx.Node) -> bool:
 class _CaptureWatch(TorchFunctionMode):
     """Fakify the real tensors a traced function reads, and refuse what the trace cannot record.
 
-        A real tensor (a parameter, a closed-over tensor) reaching a torch call is replaced by its fake, memoized,
-        and remembered in ``real_of`` (id of the fake -> (fake, real)): make_fx then records it as a ``get_attr``
-        constant that _lift_constants maps back to the real tensor. Letting the fake mode convert real tensors
-        itself is not enough: an in-place call whose only tensor is real (``num_batches_tracked.add_(1)``) is
-        constant-folded by FakeTensorMode, on the real tensor, during the trace.
+    A real tensor (a parameter, a closed-over tensor) reaching a torch call is replaced by its fake, memoized,
+    and remembered in ``real_of`` (id of the fake -> (fake, real)): make_fx then records it as a ``get_attr``
+    constant that _lift_constants maps back to the real tensor. Letting the fake mode convert real tensors
+    itself is not enough: an in-place call whose only tensor is real (``num_batches_tracked.add_(1)``) is
+    constant-folded by FakeTensorMode, on the real tensor, during the trace.
 
-        Note [What the trace cannot record]
-        A pre-dispatch trace records ATen calls; it runs, but does not record, calls that only change autograd
-        state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
-        hooks (``register_hook``, ``retain_grad``), and a backward pass inside the function (``torch.autograd.grad``:
-        its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said), an
+    Note [What the trace cannot record]
+    A pre-dispatch trace records ATen calls; it runs, but does not record, calls that only change autograd
+    state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
+    hooks (``register_hook``, ``retain_grad``), a backward pass inside the function (``torch.autograd.grad``:
+    its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said), and an
     ``inference_mode`` region (compiled with autograd on: its results would not be inference tensors). Custom
-        ``autograd.Function``s are inlined: their forward is traced and their backward is lost. Each raises
-        UnsupportedCapture with what it saw.
+    ``autograd.Function``s are inlined: their forward is traced and their backward is lost. Each raises
+    UnsupportedCapture with what it saw.
     """
 
     def __init__(self, fake_mode: ti.FakeTensorMode) -> None:
@@ -239,27 +235,29 @@ _REQUIRES_GRAD_SETTER = torch.Tensor.requires_grad.__set__  # type: ignore[attr-
 
 
 _refusing = threading.local()
+_guard_lock = threading.Lock()
+_guard_users = [0]  # captures in flight, all threads: Function.apply stays wrapped until the last one ends
 
 
 @contextlib.contextmanager
 def _autograd_functions_refused() -> Iterator[None]:
     """Custom autograd.Function calls in this thread raise UnsupportedCapture (Note [What the trace cannot
-    record]). ``Function.apply`` is wrapped only while a capture runs; other threads call through unchanged."""
+    record]). ``Function.apply`` is wrapped only while captures run; other threads call through unchanged."""
     function_class = torch.autograd.Function
-    original = function_class.__dict__["apply"]
-    installed = not getattr(original, "_predispatch_views_guard", False)
-    if installed:
-        wrapped = classmethod(_refusing_apply(original))
-        wrapped._predispatch_views_guard = True  # type: ignore[attr-defined]
-        function_class.apply = wrapped  # type: ignore[method-assign]
+    with _guard_lock:
+        if _guard_users[0] == 0:
+            function_class.apply = classmethod(_refusing_apply(function_class.__dict__["apply"]))  # type: ignore[method-assign]
+        _guard_users[0] += 1
     previous = getattr(_refusing, "active", False)
     _refusing.active = True
     try:
         yield
     finally:
         _refusing.active = previous
-        if installed:
-            function_class.apply = original  # type: ignore[method-assign]
+        with _guard_lock:
+            _guard_users[0] -= 1
+            if _guard_users[0] == 0:
+                function_class.apply = function_class.__dict__["apply"].__func__.original  # type: ignore[method-assign]
 
 
 def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignore[type-arg]
@@ -270,4 +268,5 @@ def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignor
             )
         return original.__get__(None, cls)(*args, **kwargs)
 
+    apply.original = original  # type: ignore[attr-defined]
     return apply
