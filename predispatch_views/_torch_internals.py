@@ -10,6 +10,9 @@ Relied on:
   functionalization at the pre-dispatch level.
 - ``torch._dispatch.python.enable_python_dispatcher``.
 - ``torch._guards.detect_fake_mode`` and ``torch._subclasses.fake_tensor.FakeTensorMode``.
+- ``FakeTensorMode(allow_non_fake_inputs=True)`` under make_fx records a tensor the traced function did not
+  receive as a ``get_attr`` constant holding that tensor itself (compile_function lifts those into inputs,
+  Note [Lifting closed-over tensors] in capture.py).
 - ``torch._dynamo.backends.registry.lookup_backend``, ``register_backend``, ``_COMPILER_FNS``, ``_BACKENDS`` and
   ``_discover_entrypoint_backends``: registering the backend name (entry point or not).
 - ``torch._guards.TracingContext.tensor_to_context``: Dynamo's symbolic context of each real input.
