@@ -102,8 +102,8 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "a custom autograd.Function (pre-dispatch tracing inlines",
     ),
     FallbackReason(
-        "a Dynamo graph the pre-dispatch capture cannot trace",
-        "`pre-dispatch capture failed: ...` (Dynamo path)",
+        "a program the pre-dispatch capture cannot trace (compile_function then runs it eagerly)",
+        "`pre-dispatch capture failed: ...`",
         "the graph cannot be traced at the pre-dispatch level (an op or a Dynamo construct the tracer does not "
         "support).",
         "pipeline.py",
@@ -116,6 +116,56 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "so AOTAutograd can trace a backward the program never asks for; stock decides.",
         "pipeline.py",
         "compiling the core raised",
+    ),
+    FallbackReason(
+        "compile_function only (it runs the function eagerly): a custom `autograd.Function` in the function",
+        "`custom autograd.Function <name>: the trace would inline its forward and drop its backward`",
+        "make_fx traces through `Function.apply`; there is no Dynamo graph with the `autograd_function_apply` "
+        "higher-order op to hand stock, so eager is the faithful answer.",
+        "capture.py",
+        "the trace would inline its forward and drop its backward",
+    ),
+    FallbackReason(
+        "compile_function only: `requires_grad_` on a traced tensor inside the function",
+        "`requires_grad_(<flag>) inside the function is not recorded by the trace`",
+        "the trace runs it on a fake tensor and records nothing, so the real input would keep its flag.",
+        "capture.py",
+        "requires_grad_(",
+    ),
+    FallbackReason(
+        "compile_function only: a backward pass (`backward`, `autograd.grad`) inside the function",
+        "`a backward pass inside the function (<call>) is not recorded by the trace`",
+        "make_fx cannot record a backward pass of the traced program as part of its forward.",
+        "capture.py",
+        "a backward pass inside the function",
+    ),
+    FallbackReason(
+        "compile_function only: a hook (`register_hook`, `retain_grad`) on a traced tensor",
+        "`<call> inside the function: hooks on traced tensors are lost`",
+        "hooks registered on fake tensors during the trace never reach the real outputs.",
+        "capture.py",
+        "hooks on traced tensors are lost",
+    ),
+    FallbackReason(
+        "compile_function only: an `inference_mode` region inside the function",
+        "`an inference_mode region inside the function is not recorded by the trace`",
+        "as for the Dynamo path: the region would be compiled with autograd on.",
+        "capture.py",
+        "an inference_mode region inside the function",
+    ),
+    FallbackReason(
+        "compile_function only: a function that rebinds a parameter or buffer of its module",
+        "`the function rebinds <parameter or buffer> (a traced value would be kept)`",
+        "the trace would store a fake value where the module keeps its state.",
+        "compile_function.py",
+        "the function rebinds",
+    ),
+    FallbackReason(
+        "compile_function only: a captured graph that fails to compile",
+        "`compiling the captured graph failed: ...`",
+        "eager then runs the function (and raises its own error, if it is wrong in eager).",
+        "compile_function.py",
+        "compiling the captured graph failed",
     ),
     FallbackReason(
         "an internal error of the pipeline",

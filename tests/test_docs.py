@@ -12,7 +12,7 @@ from predispatch_views import fallbacks
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "predispatch_views"
 # The modules whose code produces fallback reasons.
-REASON_MODULES = ("analysis.py", "capture.py", "pipeline.py")
+REASON_MODULES = ("analysis.py", "capture.py", "pipeline.py", "compile_function.py")
 
 
 def test_documents_hold_the_generated_fallback_list() -> None:
@@ -36,12 +36,18 @@ def _literal(node: ast.expr) -> str | None:
 
 
 def _reason_literals(tree: ast.Module) -> list[str]:
-    """Messages in the places a reason is made: Fallback(...) and _fall_back(...) arguments, ``reason = ...``,
+    """Messages in the places a reason is made: Fallback(...), _fall_back(...), UnsupportedCapture(...) and
+    compile_function's _eager(...) arguments, ``reason = ...``,
     and what a function annotated ``-> str | None`` returns."""
     found = []
     for node in ast.walk(tree):
         candidates: list[ast.expr] = []
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("Fallback", "_fall_back"):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+            "Fallback",
+            "_fall_back",
+            "UnsupportedCapture",
+            "_eager",
+        ):
             candidates = list(node.args)
         elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "reason" for t in node.targets):
             candidates = [node.value]
