@@ -38,7 +38,13 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow", action="store_true", help="also run the stress workloads")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
     parser.add_argument("--fuzz", type=int, default=0, metavar="N", help="only run N random programs (fuzz.py)")
-    parser.add_argument("--seed", type=int, default=0, help="the fuzzer's seed")
+    parser.add_argument("--seed", default="0", help="the fuzzer's seed, or several, comma separated")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="--fuzz in this many worker processes that survive a crashing program (default: in this process)",
+    )
     parser.set_defaults(run=run_compare)
 
 
@@ -53,8 +59,15 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"compare: error: {e}", file=sys.stderr)
         return 2
     if args.fuzz:
+        seeds = [int(s) for s in str(args.seed).split(",") if s.strip()]
+        if args.jobs or len(seeds) > 1:
+            from .fuzz_runner import run_many
+
+            print(run_many(args.fuzz, seeds, args.inners, max(args.jobs, 1), out_dir))
+            return 0
         from .fuzz import run_fuzz_section
 
+        args.seed = seeds[0]
         run_fuzz_section(args, out_dir)
         return 0
     sections: list[str] = []

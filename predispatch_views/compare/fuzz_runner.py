@@ -1,0 +1,265 @@
+"""Large fuzzing runs: several seeds, worker processes, and survival of programs that kill the process.
+
+``python -m predispatch_views compare --fuzz N --seed S1,S2,... --jobs J`` runs ``N`` programs per seed in ``J``
+worker processes (chunks of programs, each a fresh ``python -m predispatch_views.compare.fuzz_runner``), and
+writes one combined table. Some generated programs make torch itself crash the process (a segfault in stock
+AOTAutograd was seen); a worker that dies is restarted after the program it was running, and that program is
+run again once per strategy, each in its own process, so the crash is attributed to the strategies that
+really crash (a strategy whose process dies is a ``crash``; the rules of fuzz.py then apply as usual).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .fuzz import (
+    COLUMNS,
+    CRASH_WHERE_STOCK_RUNS,
+    WRONG_WHERE_STOCK_MATCHES,
+    Failure,
+    Outcome,
+    failure_markdown,
+    fuzz,
+    fuzz_strategies,
+    violated_rule,
+)
+from .strategies import Strategy, eager
+
+CHUNK = 25
+
+
+def strategies_for(inners: Sequence[str]) -> list[Strategy]:
+    found = [eager()]
+    for inner in inners:
+        found += fuzz_strategies(inner)[1:]
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The worker: one chunk of programs, one JSON row per program as soon as it is done.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _row(program_name: str, seed: int, index: int, results: Any) -> dict[str, Any]:
+    _, row = results.programs[0]
+    labels = results.labels
+    out: dict[str, Any] = {"seed": seed, "index": index, "name": program_name, "strategies": {}}
+    for label in labels[1:]:
+        r = row[label]
+        stock = "stock" + label[label.index("[") :]
+        rule = None
+        if label.startswith("prototype") and stock in row:
+            rule = violated_rule(r.outcome, row[stock].outcome)
+        out["strategies"][label] = {
+            "category": r.category,
+            "kind": r.outcome.kind,
+            "probe": r.outcome.probe,
+            "fallbacks": list(dict.fromkeys(r.fallbacks)),
+            "rule": rule,
+        }
+    return out
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    strategies = strategies_for(args.inner.split(","))
+    if args.only:
+        strategies = [s for s in strategies if s.inner is None or s.label == args.only]
+    rows, failures = Path(args.rows), Path(args.failures)
+
+    def report(failure: Failure) -> None:
+        with failures.open("a") as fh:
+            fh.write("\n".join(failure_markdown(failure)) + "\n")
+
+    for index in range(args.start, args.start + args.count):
+        results = fuzz(1, args.seed, strategies, start=index, do_shrink=not args.only, on_failure=report)
+        name = results.programs[0][0].name
+        with rows.open("a") as fh:
+            fh.write(json.dumps(_row(name, args.seed, index, results)) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The parent: chunks in worker processes, restart after a crash, attribute the crash.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _worker_command(
+    inner: str, seed: int, start: int, count: int, rows: Path, failures: Path, only: str = ""
+) -> list[str]:
+    command = [sys.executable, "-m", "predispatch_views.compare.fuzz_runner", "--inner", inner]
+    command += ["--seed", str(seed), "--start", str(start), "--count", str(count)]
+    command += ["--rows", str(rows), "--failures", str(failures)]
+    return command + (["--only", only] if only else [])
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _attribute_crash(inner: str, labels: list[str], seed: int, index: int, work: Path) -> dict[str, Any]:
+    """Run one program once per strategy, each in its own process: the strategies whose process dies crash."""
+    per_label: dict[str, Any] = {}
+    for label in labels[1:]:
+        rows = work / f"attr_{seed}_{index}_{label.replace('[', '_').rstrip(']')}.jsonl"
+        done = subprocess.run(
+            _worker_command(inner, seed, index, 1, rows, work / "attr_failures.md", only=label),
+            capture_output=True,
+            timeout=600,
+        )
+        got = _read_rows(rows)
+        if done.returncode == 0 and got:
+            per_label[label] = got[0]["strategies"][label]
+        else:
+            per_label[label] = {
+                "category": "crash",
+                "kind": "crash",
+                "probe": f"process died (exit status {done.returncode})",
+                "fallbacks": [],
+                "rule": None,
+            }
+    for label, r in per_label.items():
+        stock = "stock" + label[label.index("[") :]
+        if label.startswith("prototype") and stock in per_label:
+            r["rule"] = violated_rule(
+                Outcome(r["kind"], r["probe"]), Outcome(per_label[stock]["kind"], per_label[stock]["probe"])
+            )
+    return {"seed": seed, "index": index, "name": f"fuzz_s{seed}_{index}", "strategies": per_label, "died": True}
+
+
+def _run_chunk(inner: str, labels: list[str], seed: int, start: int, count: int, work: Path) -> list[dict[str, Any]]:
+    rows = work / f"rows_{seed}_{start}.jsonl"
+    failures = work / f"failures_{seed}_{start}.md"
+    end = start + count
+    crashed: list[dict[str, Any]] = []
+    position = start
+    while position < end:
+        subprocess.run(
+            _worker_command(inner, seed, position, end - position, rows, failures),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=6 * 3600,
+        )
+        done = {r["index"] for r in _read_rows(rows)} | {r["index"] for r in crashed}
+        position = next((i for i in range(start, end) if i not in done), end)
+        if position < end:  # the worker died on this program
+            crashed.append(_attribute_crash(inner, labels, seed, position, work))
+            print(f"  fuzz_s{seed}_{position}: the process died; attributed per strategy", flush=True)
+            position += 1
+    return sorted(_read_rows(rows) + crashed, key=lambda r: r["index"])
+
+
+def run_many(n: int, seeds: Sequence[int], inners: Sequence[str], jobs: int, out_dir: Path) -> str:
+    inner = ",".join(inners)
+    labels = [s.label for s in strategies_for(inners)]
+    work = out_dir / "fuzz_work"
+    work.mkdir(parents=True, exist_ok=True)
+    for stale in work.iterdir():
+        stale.unlink()
+    chunks = [(seed, start, min(CHUNK, n - start)) for seed in seeds for start in range(0, n, CHUNK)]
+    began = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_run_chunk, inner, labels, seed, start, count, work) for seed, start, count in chunks]
+        for k, future in enumerate(futures):
+            rows += future.result()
+            print(f"fuzz: chunk {k + 1}/{len(chunks)} done ({len(rows)} programs)", flush=True)
+    seconds = time.perf_counter() - began
+    failures = "".join(p.read_text() for p in sorted(work.glob("failures_*.md")))
+    text = markdown(rows, labels, seeds, seconds, failures)
+    (out_dir / "fuzz.md").write_text(text)
+    write_csv(rows, out_dir / "fuzz.csv")
+    return text
+
+
+def summary(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str, int]]:
+    table: dict[str, dict[str, int]] = {}
+    for label in labels[1:]:
+        counts = dict.fromkeys(COLUMNS, 0)
+        for row in rows:
+            r = row["strategies"][label]
+            counts[r["category"]] += 1
+            counts["fallback_match"] += bool(r["fallbacks"]) and r["kind"] == "match"
+            counts["wrong_where_stock_matches"] += r["rule"] == WRONG_WHERE_STOCK_MATCHES
+            counts["crash_where_stock_runs"] += r["rule"] == CRASH_WHERE_STOCK_RUNS
+        table[label] = counts
+    return table
+
+
+def markdown(rows: list[dict[str, Any]], labels: list[str], seeds: Sequence[int], seconds: float, failures: str) -> str:
+    died = [r["name"] for r in rows if r.get("died")]
+    lines = [
+        f"## Differential fuzzing: {len(rows)} programs, seeds {', '.join(map(str, seeds))}",
+        "",
+        f"Every probe of the parity suite plus `after_call` and `sharing`; {seconds:.0f} s of wall time in worker "
+        "processes. `fallback` programs are not counted in match/divergence/crash; `fallback_match` is how many of "
+        "them still matched eager. `wrong_where_stock_matches`: the strategy diverges or crashes on a program where "
+        "stock matches eager; `crash_where_stock_runs`: it crashes where stock does not.",
+        "",
+        "| strategy | " + " | ".join(COLUMNS) + " |",
+        "|---|" + "---:|" * len(COLUMNS),
+    ]
+    for label, counts in summary(rows, labels).items():
+        lines.append(f"| {label} | " + " | ".join(str(counts[c]) for c in COLUMNS) + " |")
+    reasons: dict[str, int] = {}
+    for row in rows:
+        for r in row["strategies"].values():
+            for reason in r["fallbacks"]:
+                reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        lines += ["", "Fallback reasons (programs x strategies):", ""]
+        lines += [f"- {count} x {reason}" for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    if died:
+        lines += [
+            "",
+            f"Programs that killed a worker process (torch crashed), run again per strategy: {', '.join(died)}",
+        ]
+    lines += ["", "### Prototype failures (shrunk)", "", failures.strip() or "none"]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    import csv
+
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["seed", "program", "strategy", "category", "outcome", "probe", "rule", "fallback"])
+        for row in rows:
+            for label, r in row["strategies"].items():
+                writer.writerow(
+                    [
+                        row["seed"],
+                        row["name"],
+                        label,
+                        r["category"],
+                        r["kind"],
+                        r["probe"] or "",
+                        r["rule"] or "",
+                        "; ".join(r["fallbacks"]),
+                    ]
+                )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m predispatch_views.compare.fuzz_runner")
+    parser.add_argument("--inner", default="aot_eager")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--start", type=int, required=True)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--rows", required=True)
+    parser.add_argument("--failures", required=True)
+    parser.add_argument("--only", default="", help="run eager and this one strategy only (crash attribution)")
+    return run_worker(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
