@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from .cases import InputFactory, Inputs, T, case
+from .cases import InputFactory, Inputs, T, case, t
 
 PREFIX = "upstream_"
 SOURCE = "test_aotdispatch.py::"
@@ -67,10 +67,6 @@ def aliased(*shapes: tuple[int, ...], rg: bool, views: Callable[..., tuple[Any, 
         return Inputs(tuple(views(*bases)), leaves if rg else (), bases)
 
     return factory
-
-
-def t(*shape: int, rg: bool = True, dtype: torch.dtype = torch.float32) -> T:
-    return T(tuple(shape), rg, dtype)
 
 
 def port(
@@ -216,11 +212,13 @@ def input_mutation_noncontiguous(a: torch.Tensor) -> Any:
     return a + 1
 
 
-@port(
-    "test_input_mutation_modifies_autograd_meta_of_aliases",
-    lambda rg: aliased((3, 3), rg=rg, views=lambda x: (x,)),
-    grads=(True,),
-)
+def _input_with_a_view(gen: torch.Generator, device: str) -> Inputs:
+    leaf = t(3, 3).build(gen, device)
+    x = leaf.add(1)
+    return Inputs((x,), (leaf,), (x.view(3, 3),))  # the view the program's mutation must reach
+
+
+@port("test_input_mutation_modifies_autograd_meta_of_aliases", lambda rg: _input_with_a_view, grads=(True,))
 def input_mutation_modifies_autograd_meta_of_aliases(a: torch.Tensor) -> Any:
     a.mul_(2)
     out = a + 1
