@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
 from predispatch_views import compile_function
 from predispatch_views.compare.cases import CASES
