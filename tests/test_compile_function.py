@@ -451,9 +451,9 @@ def test_never_worse_than_the_backend_on_the_case_library() -> None:
     """scripts/compile_function_parity.py as a test: per case, as many probes match eager as under the backend."""
     from predispatch_views.compare.cases import CASES
     from predispatch_views.compare.parity import compare, run_case
-    from predispatch_views.compare.strategies import Strategy, eager, prototype
+    from predispatch_views.compare.strategies import eager, prototype, prototype_fn
 
-    function = Strategy("prototype_fn", "aot_eager", lambda fn: pv.compile_function(fn, inner="aot_eager"))
+    function = prototype_fn("aot_eager")
     worse = []
     for case in CASES:
         reference = run_case(case, eager())
