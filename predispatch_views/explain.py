@@ -34,7 +34,7 @@ import torch.utils._pytree as pytree
 from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .capture import capture_function
+from .capture import capture_closure
 from .functionalize import EPILOGUE_TAG
 from .labels import LABEL_KEY, function_label
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, compile_captured
@@ -182,15 +182,17 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
     before = list(FALLBACKS)  # kept alive so that ids of old entries cannot be reused by new ones
     logged_before = {id(entry) for entry in before}
     compile_error = None
+    lifted: list[torch.Tensor] = []  # closed-over tensors (a module's parameters...): trailing inputs
     try:
-        graph, _ = capture_function(flat_fn, tensors)
+        capture = capture_closure(flat_fn, tensors)
+        graph, lifted = capture.graph, capture.lifted
         graph.meta[LABEL_KEY] = function_label(fn)
     except Exception as e:  # the program cannot be traced (often: eager raises too)
         compile_error = f"in the pre-dispatch capture: {_describe(e)}"
         program = CompiledProgram(run=_raise(e))
     else:
         try:
-            program = compile_captured(graph, tensors, inner)
+            program = compile_captured(graph, tensors + lifted, inner)
         except Exception as e:  # e.g. the fallback to stock fails to compile, as stock does
             compile_error = _describe(e)
             program = CompiledProgram(run=_raise(e), pre_dispatch=graph)
@@ -199,7 +201,7 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
     runs: dict[str, Callable[[Sequence[torch.Tensor]], Any]] = {
         "eager": eager,
         f"stock[{inner_name}]": calling(torch.compile(fn, backend=inner, dynamic=False)),
-        f"prototype[{inner_name}]": lambda t: program.run(*t),
+        f"prototype[{inner_name}]": lambda t: program.run(*t, *lifted),
     }
     autograd = {label: _summarize(label, run, tensors) for label, run in runs.items()}
     return Explanation(getattr(fn, "__name__", repr(fn)), inner_name, program, autograd, logged, compile_error)

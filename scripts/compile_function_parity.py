@@ -3,25 +3,27 @@
     python scripts/compile_function_parity.py [NAME_SUBSTRING]
 
 Prints, per case, the probes that match eager under ``prototype[aot_eager]`` (the Dynamo backend) and under
-``compile_function(fn, inner="aot_eager")``, the fallback compile_function logged, and marks every case where
-compile_function matches fewer probes than the backend (with the probes that differ). Until the fuzzer's
-``prototype_fn`` strategy is in compare/strategies.py, this is the compile_function column of the report.
+``prototype_fn[aot_eager]`` (``compile_function(fn, inner="aot_eager")``), the fallback compile_function logged,
+and marks every case where compile_function matches fewer probes than the backend (with the probes that
+differ). Exits 1 if there is one.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
-from predispatch_views import compile_function
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
+
 from predispatch_views.compare.cases import CASES
 from predispatch_views.compare.parity import compare, run_case
 from predispatch_views.compare.probes import PROBES
-from predispatch_views.compare.strategies import Strategy, eager, prototype
+from predispatch_views.compare.strategies import eager, prototype, prototype_fn
 
 
 def main(pattern: str | None) -> int:
-    function = Strategy("prototype_fn", "aot_eager", lambda fn: compile_function(fn, inner="aot_eager"))
+    function = prototype_fn("aot_eager")
     backend = prototype("aot_eager")
     selected = [c for c in CASES if pattern is None or pattern in c.name]
     matched = {"backend": 0, "compile_function": 0}

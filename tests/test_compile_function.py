@@ -451,9 +451,9 @@ def test_never_worse_than_the_backend_on_the_case_library() -> None:
     """scripts/compile_function_parity.py as a test: per case, as many probes match eager as under the backend."""
     from predispatch_views.compare.cases import CASES
     from predispatch_views.compare.parity import compare, run_case
-    from predispatch_views.compare.strategies import Strategy, eager, prototype
+    from predispatch_views.compare.strategies import eager, prototype, prototype_fn
 
-    function = Strategy("prototype_fn", "aot_eager", lambda fn: pv.compile_function(fn, inner="aot_eager"))
+    function = prototype_fn("aot_eager")
     worse = []
     for case in CASES:
         reference = run_case(case, eager())
@@ -463,3 +463,13 @@ def test_never_worse_than_the_backend_on_the_case_library() -> None:
         if compiled.matched < backend.matched:
             worse.append(case.name)
     assert not worse
+
+
+def test_explain_a_closure_over_a_module() -> None:
+    """explain() captures like compile_function: the module's parameters are inputs, not a FakeTensor error."""
+    lin = nn.Linear(4, 6)
+    explanation = pv.explain(lambda x: lin(x).chunk(3, -1), _x(2, 4))
+    assert explanation.compile_error is None
+    eager, prototype = explanation.autograd["eager"], explanation.autograd["prototype[aot_eager]"]
+    assert prototype.node_counts["SplitBackward0"] == eager.node_counts["SplitBackward0"] == 1
+    assert (prototype.n_views, prototype.n_bases) == (eager.n_views, eager.n_bases) == (3, 1)
