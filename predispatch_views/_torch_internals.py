@@ -19,6 +19,11 @@ Relied on:
   ``torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base``: the legacy as_strided regeneration.
 - ``torch._functorch.config.enable_autograd_cache`` and ``torch._inductor.config.fx_graph_cache``.
 - ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
+- ``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``: how an autocast region appears in a
+  pre-dispatch graph (tests check the capture records it).
+- ``torch._dynamo.compiled_autograd._enable``: compiled autograd with a given graph compiler (tests).
+- ``torch._dynamo.utils.counters``: AOTAutograd and FX graph cache hits and misses (tests).
+- ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
 """
 
 from __future__ import annotations
@@ -46,7 +51,11 @@ __all__ = [
     "FakeTensorMode",
     "FunctionalTensorMode",
     "as_strided_output_regeneration",
+    "autocast_region_markers",
+    "cache_counters",
     "compile_caches_disabled",
+    "compile_caches_enabled",
+    "compiled_autograd",
     "detect_fake_mode",
     "enable_python_dispatcher",
     "from_fun",
@@ -58,6 +67,7 @@ __all__ = [
     "multi_output_view_optimization_disabled",
     "to_fun",
     "trace_pre_dispatch",
+    "two_tensor_class",
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
@@ -133,6 +143,48 @@ def compile_caches_disabled() -> Iterator[None]:
 
     with functorch_config.patch(enable_autograd_cache=False), inductor_config.patch(fx_graph_cache=False):
         yield
+
+
+@contextlib.contextmanager
+def compile_caches_enabled() -> Iterator[None]:
+    """The AOTAutograd cache and the FX graph cache on (TORCHINDUCTOR_CACHE_DIR says where they live)."""
+    import torch._inductor.config as inductor_config
+
+    with functorch_config.patch(enable_autograd_cache=True), inductor_config.patch(fx_graph_cache=True):
+        yield
+
+
+def cache_counters() -> dict[str, int]:
+    """Cache hits and misses counted in this process so far (AOTAutograd cache and FX graph cache)."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
+        "autograd_cache_bypass": counters["aot_autograd"]["autograd_cache_bypass"],
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+    }
+
+
+def compiled_autograd(compiler_fn: Callable[[torch.fx.GraphModule], Any]) -> contextlib.AbstractContextManager[None]:
+    """Backward passes in the block run through compiled autograd; ``compiler_fn`` gets each autograd graph."""
+    from torch._dynamo import compiled_autograd as ca
+
+    return ca._enable(compiler_fn)
+
+
+def autocast_region_markers() -> tuple[Any, Any]:
+    """The callables an autocast region's entry and exit are recorded as in a pre-dispatch graph."""
+    from torch.amp import autocast_mode
+
+    return autocast_mode._enter_autocast, autocast_mode._exit_autocast
+
+
+def two_tensor_class() -> type:
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    return TwoTensor
 
 
 @contextlib.contextmanager
