@@ -22,7 +22,8 @@ Relied on:
 - ``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``: how an autocast region appears in a
   pre-dispatch graph (tests check the capture records it).
 - ``torch._dynamo.compiled_autograd._enable``: compiled autograd with a given graph compiler (tests).
-- ``torch._dynamo.utils.counters``: AOTAutograd and FX graph cache hits and misses (tests).
+- ``torch._dynamo.utils.counters``: AOTAutograd and FX graph cache hits and misses (tests), CUDA graphs skipped
+  (scripts/cudagraph_check.py).
 - ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
 """
 
@@ -52,9 +53,9 @@ __all__ = [
     "FunctionalTensorMode",
     "as_strided_output_regeneration",
     "autocast_region_markers",
-    "cache_counters",
     "compile_caches_disabled",
     "compile_caches_enabled",
+    "compile_counters",
     "compiled_autograd",
     "detect_fake_mode",
     "enable_python_dispatcher",
@@ -154,8 +155,8 @@ def compile_caches_enabled() -> Iterator[None]:
         yield
 
 
-def cache_counters() -> dict[str, int]:
-    """Cache hits and misses counted in this process so far (AOTAutograd cache and FX graph cache)."""
+def compile_counters() -> dict[str, int]:
+    """Counted in this process so far: AOTAutograd and FX graph cache hits and misses, CUDA graphs skipped."""
     from torch._dynamo.utils import counters
 
     return {
@@ -164,6 +165,7 @@ def cache_counters() -> dict[str, int]:
         "autograd_cache_bypass": counters["aot_autograd"]["autograd_cache_bypass"],
         "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
         "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
     }
 
 

@@ -47,7 +47,7 @@ def run(name: str) -> dict[str, Any]:
     torch._dynamo.reset()
     with ti.compile_caches_enabled():
         observed = observe(torch.compile(PROGRAMS[name], backend=backend), make_inputs)
-    return {"epilogues": epilogues, "observed": observed, "counters": ti.cache_counters()}
+    return {"epilogues": epilogues, "observed": observed, "counters": ti.compile_counters()}
 
 
 def main(out: str, names: list[str]) -> None:
