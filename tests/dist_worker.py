@@ -1,7 +1,8 @@
 """One rank of the 2-process gloo run of tests/test_distributed.py: ``python -m tests.dist_worker RANK STORE OUT``.
 
 Every scenario runs eager and compiled with the prototype (``backend=predispatch_views.backend("aot_eager")``,
-passed as a callable: see the module docstring of test_distributed.py) in the same process, and records what a
+passed as a callable: see the module docstring of test_distributed.py; ``PV_INNER`` picks another inner backend)
+in the same process, and records what a
 user observes; the parent test compares them. Nothing is asserted here, so a failure shows as a readable diff in
 the parent, and a rank that raises still writes what it has (the other rank would otherwise hang in a
 collective; the parent kills both at its timeout).
@@ -32,6 +33,8 @@ from tests.parity_utils import alias_structure, outcome, view_nodes
 
 STEPS = 3
 LR = 0.02
+# The prototype's inner backend: aot_eager by default, PV_INNER=inductor for the slow variant.
+INNER = os.environ.get("PV_INNER", "aot_eager")
 
 
 class SplitModel(nn.Module):
@@ -57,7 +60,7 @@ class RecordingBackend:
         self.programs: list[CompiledProgram] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        program = compile_dynamo_graph(gm, example_inputs, "aot_eager")
+        program = compile_dynamo_graph(gm, example_inputs, INNER)
         self.programs.append(program)
         return program.run
 
