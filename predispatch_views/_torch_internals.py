@@ -25,6 +25,7 @@ Relied on:
 - ``torch._dynamo.utils.counters``: AOTAutograd and FX graph cache hits and misses (tests), CUDA graphs skipped
   (scripts/cudagraph_check.py).
 - ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
+- ``torch.ops.higher_order.autograd_function_apply``: how Dynamo records a custom autograd.Function.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 __all__ = [
+    "AUTOGRAD_FUNCTION_APPLY",
     "SET_GRAD_ENABLED",
     "FakeTensor",
     "FakeTensorMode",
@@ -72,6 +74,7 @@ __all__ = [
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
+AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 
 
 def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:
