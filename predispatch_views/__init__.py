@@ -1,9 +1,10 @@
 """predispatch_views: faithful multi-output views for torch.compile by eager replay of a view epilogue.
 
 Entry points:
-- ``torch.compile(fn, backend="predispatch_views")`` or ``backend(inner=...)``
+- ``torch.compile(fn, backend="predispatch_views")`` (no import needed once installed) or ``backend(inner=...)``
 - ``compile_function(fn, inner="aot_eager")``: no Dynamo
-- ``enable()`` / ``PREDISPATCH_VIEWS=1``: route plain ``torch.compile(fn)`` through the prototype
+- ``enable()`` / ``PREDISPATCH_VIEWS=1`` (no import needed once installed): route plain ``torch.compile(fn)``
+  through the prototype
 - ``explain(fn, *args)``: every stage's graph for one program
 """
 

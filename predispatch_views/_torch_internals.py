@@ -10,7 +10,11 @@ Relied on:
   functionalization at the pre-dispatch level.
 - ``torch._dispatch.python.enable_python_dispatcher``.
 - ``torch._guards.detect_fake_mode`` and ``torch._subclasses.fake_tensor.FakeTensorMode``.
-- ``torch._dynamo.backends.registry.lookup_backend``, ``register_backend`` and ``_COMPILER_FNS``.
+- ``FakeTensorMode(allow_non_fake_inputs=True)`` under make_fx records a tensor the traced function did not
+  receive as a ``get_attr`` constant holding that tensor itself (compile_function lifts those into inputs,
+  Note [Lifting closed-over tensors] in capture.py).
+- ``torch._dynamo.backends.registry.lookup_backend``, ``register_backend``, ``_COMPILER_FNS``, ``_BACKENDS`` and
+  ``_discover_entrypoint_backends``: registering the backend name (entry point or not).
 - ``torch._guards.TracingContext.tensor_to_context``: Dynamo's symbolic context of each real input.
 - ``torch._inductor.compile_fx.compile_fx``: the default inner backend.
 - ``torch._TorchCompileInductorWrapper``: what plain ``torch.compile(fn)`` uses; the experimental flag hooks it.
@@ -25,6 +29,8 @@ Relied on:
 - ``torch._dynamo.utils.counters``: AOTAutograd and FX graph cache hits and misses (tests), CUDA graphs skipped
   (scripts/cudagraph_check.py).
 - ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
+- ``GraphModule.compile_subgraph_reason.user_stack`` and ``gm.meta["dynamo_compile_id"]``, which Dynamo's
+  OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names.
 - ``torch.ops.higher_order.autograd_function_apply``: how Dynamo records a custom autograd.Function.
 """
 
@@ -97,16 +103,34 @@ def fakify_like_dynamo(t: torch.Tensor, fake_mode: FakeTensorMode) -> torch.Tens
     return fake_mode.from_tensor(t, symbolic_context=symbolic_context, source=source, trace=False)
 
 
-def dynamo_backend_names() -> Any:
+def register_backend_once(fn: Callable[..., Any], name: str) -> None:
+    """Register ``fn`` as ``name`` unless Dynamo already has it or will load it from an entry point.
+
+    Note [Registering with and without the entry point]
+    An installed package declares the name in the ``torch_dynamo_backends`` entry-point group. Dynamo's
+    ``lookup_backend`` then loads the entry point, which imports this package, and registers what it loaded;
+    had the import registered the name too, that second registration fails with "duplicate name". So the
+    import registers only when no entry point declares the name (the package used from a source tree), and
+    otherwise leaves the registration to Dynamo, whichever of the import or the lookup comes first.
+    """
     from torch._dynamo.backends import registry
 
-    return registry._COMPILER_FNS
-
-
-def register_backend(fn: Callable[..., Any], name: str) -> None:
-    from torch._dynamo.backends import registry
-
+    registry._discover_entrypoint_backends()
+    if name in registry._COMPILER_FNS or registry._BACKENDS.get(name) is not None:
+        return
     registry.register_backend(fn, name=name)
+
+
+def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
+    """(function name, file, line where the graph ends, compile id) of a graph Dynamo captured, else None."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    stack = getattr(reason, "user_stack", None)
+    if not stack:
+        return None
+    frame = stack[0]  # the frame Dynamo compiled (later entries: calls inlined into it)
+    meta = getattr(gm, "meta", None)
+    compile_id = meta.get("dynamo_compile_id") if isinstance(meta, dict) else None
+    return frame.name, frame.filename, int(frame.lineno or 0), "" if compile_id is None else str(compile_id)
 
 
 def lookup_backend(name: str) -> Callable[..., Any]:

@@ -32,6 +32,5 @@ default_backend = backend()
 
 
 def register() -> None:
-    """Register the name with Dynamo when the package is imported without its entry point installed."""
-    if BACKEND_NAME not in ti.dynamo_backend_names():
-        ti.register_backend(default_backend, BACKEND_NAME)
+    """Make the name known to Dynamo; see Note [Registering with and without the entry point]."""
+    ti.register_backend_once(default_backend, BACKEND_NAME)

@@ -1,69 +1,337 @@
-"""``compile_function``: compile a plain function without Dynamo (like functorch's aot_function).
+"""``compile_function``: compile a plain function or an nn.Module without Dynamo (like functorch's aot_function
+and aot_module).
 
-Inputs and outputs may be any pytree of tensors and constants. A new trace is made whenever the input
-metadata changes (structure, constants, shape, stride, dtype, device, requires_grad, grad mode, and which
-inputs alias each other); shapes are static.
+Inputs and outputs may be any pytree of tensors and constants (a ``torch.Size`` stays a ``torch.Size``). A new
+trace is made whenever the input metadata changes (structure, constants, shape, stride, dtype, device,
+requires_grad, grad and inference mode, and which inputs alias each other), or the metadata of a lifted tensor or the
+``training`` flag of a module the function owns changes; shapes are static.
+
+Tensors the function reads without receiving them (a module's parameters and buffers, closed-over or global
+tensors) become inputs of the compiled program (Note [Lifting closed-over tensors] in capture.py): training
+through ``compile_function(module)`` puts ``.grad`` on the module's parameters. A module's own state (the module
+compiled, a module bound to a method, or one the function closes over or names as a global) is looked up by
+name on every call, as functional_call does, so replacing ``module.weight`` is seen; any other closed-over
+tensor is passed by identity (rebinding the Python name is not seen).
+
+Outputs keep eager's identities: an output that is an input (``return x``, ``x.add_(1)``) is that input, a
+tensor returned twice is one object. Inputs the function does not use are not inputs of the compiled program
+(their ``.grad`` stays None, as in eager).
+
+Note [compile_function falls back to eager]
+There is no Dynamo graph to give stock AOTAutograd when the capture itself is unfaithful, so a function the
+trace cannot record faithfully (Note [What the trace cannot record]: custom autograd.Functions, requires_grad_,
+hooks, a backward pass inside), one that fails to trace or whose compilation fails (AOTAutograd runs the
+backward while tracing and raises eager's *backward* error in forward), runs eagerly: eager's behaviour
+exactly, with the reason logged and kept in FALLBACKS. Programs that capture but cannot be replayed (``resize_``...)
+still go to stock AOTAutograd on the captured graph, as with the backend. ``strict=True`` raises instead:
+StrictModeError with the reason, or the trace's or the compiler's own error.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import types
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch import fx, nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .capture import capture_function
-from .pipeline import CompiledProgram, InnerBackend, compile_captured
+from . import graph_ops
+from .capture import FunctionCapture, UnsupportedCapture, capture_closure
+from .labels import LABEL_KEY, function_label
+from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured
+
+log = logging.getLogger("predispatch_views")
+
+
+def _is_leaf(value: Any) -> bool:
+    return isinstance(value, torch.Size)  # pytree would unflatten a Size into a plain tuple
+
+
+# Where each output leaf comes from: the compiled program's k-th result, the k-th tensor input (user inputs
+# then lifted tensors, before pruning), or a constant of the trace.
+@dataclass(frozen=True)
+class _FromProgram:
+    index: int
+
+
+@dataclass(frozen=True)
+class _FromInput:
+    index: int
+
+
+@dataclass(frozen=True)
+class _Constant:
+    value: Any
+
+
+_Source = _FromProgram | _FromInput | _Constant
 
 
 @dataclass
 class _Entry:
-    program: CompiledProgram
-    out_spec: pytree.TreeSpec
+    """One trace: how to feed the compiled program and rebuild the function's outputs."""
+
+    out_spec: pytree.TreeSpec | None = None
+    program: CompiledProgram | None = None
+    eager_reason: str | None = None  # set: run the function eagerly (Note [compile_function falls back to eager])
+    used: list[int] = field(default_factory=list)  # positions (user tensors, then lifted) the program takes
+    lifted: list[Callable[[], torch.Tensor | None]] = field(default_factory=list)
+    lifted_key: tuple[Hashable, ...] = ()
+    sources: list[_Source] = field(default_factory=list)
+
+    def lifted_tensors(self) -> list[torch.Tensor] | None:
+        values = [get() for get in self.lifted]
+        return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
 
 def compile_function(
     fn: Callable[..., Any], inner: InnerBackend = "aot_eager", *, strict: bool = False
 ) -> Callable[..., Any]:
-    cache: dict[Hashable, _Entry] = {}
+    """Compile ``fn`` (a function or an nn.Module) with the prototype, without Dynamo.
 
-    @functools.wraps(fn)
+    inner: the backend that compiles the core ("aot_eager", "inductor", "eager", or a backend callable).
+    strict: raise instead of falling back (to stock AOTAutograd or to eager).
+    """
+    # One entry per input key; an entry whose lifted tensors changed (a frozen parameter, a replaced buffer of
+    # another shape) is replaced by a new trace.
+    cache: dict[Hashable, _Entry] = {}
+    owners = _owned_modules(fn)
+
     def compiled(*args: Any, **kwargs: Any) -> Any:
-        flat, in_spec = pytree.tree_flatten((args, kwargs))
-        key = (in_spec, torch.is_grad_enabled(), _metadata_key(flat))
-        entry = cache.get(key)
-        if entry is None:
-            entry = cache[key] = _compile(fn, flat, in_spec, inner, strict)
+        flat, in_spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_leaf)
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-        return pytree.tree_unflatten(list(entry.program.run(*tensors)), entry.out_spec)
+        key = (
+            in_spec,
+            torch.is_grad_enabled(),
+            torch.is_inference_mode_enabled(),
+            _metadata_key(flat),
+            _training_flags(owners),
+        )
+        entry = cache.get(key)
+        lifted = None
+        if entry is not None and entry.eager_reason is None:
+            lifted = entry.lifted_tensors()
+            # Without lifted tensors ``key`` already says everything ``lifted_key`` would.
+            if lifted is None or (lifted and _metadata_key(tensors + lifted) != entry.lifted_key):
+                entry = None
+        if entry is None:
+            entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict)
+            lifted = entry.lifted_tensors()
+        if entry.eager_reason is not None:
+            return fn(*args, **kwargs)
+        assert lifted is not None
+        return _run(entry, tensors + lifted)
 
     compiled.cache = cache  # type: ignore[attr-defined]
-    return compiled
+    return functools.wraps(fn)(compiled) if not isinstance(fn, nn.Module) else compiled
+
+
+def _run(entry: _Entry, tensors: list[torch.Tensor]) -> Any:
+    assert entry.program is not None and entry.out_spec is not None
+    results = entry.program.run(*(tensors[i] for i in entry.used))
+    leaves = []
+    for source in entry.sources:
+        if isinstance(source, _FromProgram):
+            leaves.append(results[source.index])
+        elif isinstance(source, _FromInput):
+            leaves.append(tensors[source.index])
+        else:
+            leaves.append(source.value)
+    return pytree.tree_unflatten(leaves, entry.out_spec)
 
 
 def _compile(
-    fn: Callable[..., Any], flat: list[Any], in_spec: pytree.TreeSpec, inner: InnerBackend, strict: bool
+    fn: Callable[..., Any],
+    owners: list[tuple[str, nn.Module]],
+    flat: list[Any],
+    in_spec: pytree.TreeSpec,
+    inner: InnerBackend,
+    strict: bool,
 ) -> _Entry:
     tensor_positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
-    out_spec: list[pytree.TreeSpec] = []
+    out_specs: list[pytree.TreeSpec] = []
+    out_leaves: list[Any] = []
 
     def flat_fn(*tensors: torch.Tensor) -> list[Any]:
         values = list(flat)
         for i, t in zip(tensor_positions, tensors):
             values[i] = t
         args, kwargs = pytree.tree_unflatten(values, in_spec)
-        outs, spec = pytree.tree_flatten(fn(*args, **kwargs))
-        out_spec[:] = [spec]
-        return outs
+        leaves, spec = pytree.tree_flatten(fn(*args, **kwargs), is_leaf=_is_leaf)
+        out_specs[:] = [spec]
+        out_leaves[:] = leaves
+        return [v for v in leaves if isinstance(v, torch.Tensor)]
 
     tensors = [flat[i] for i in tensor_positions]
-    graph, _ = capture_function(flat_fn, tensors)
-    program = compile_captured(graph, tensors, inner, strict=strict)
-    return _Entry(program, out_spec[0])
+    state = _module_state(owners)
+    try:
+        capture = capture_closure(flat_fn, tensors)
+    except UnsupportedCapture as e:
+        return _eager(fn, e.reason, strict, None)
+    except Exception as e:  # the program cannot be traced: eager raises its own error, or runs
+        return _eager(fn, f"the pre-dispatch capture failed: {type(e).__name__}: {e}", strict, e)
+    finally:
+        rebound = _restore_module_state(owners, state)
+    if rebound:
+        return _eager(fn, f"the function rebinds {rebound} (a traced value would be kept)", strict, None)
+
+    entry = _Entry(out_spec=out_specs[0])
+    entry.lifted = [_getter(t, owners, state) for t in capture.lifted]
+    entry.lifted_key = _metadata_key(tensors + capture.lifted)
+    entry.sources = _output_sources(capture, out_leaves)
+    entry.used = _prune_unused_inputs(capture.graph)
+    example = [(tensors + capture.lifted)[i] for i in entry.used]
+    capture.graph.meta[LABEL_KEY] = function_label(fn)
+    try:
+        entry.program = compile_captured(capture.graph, example, inner, strict=strict)
+    except StrictModeError:
+        raise
+    except Exception as e:
+        return _eager(fn, f"compiling the captured graph failed: {type(e).__name__}: {e}", strict, e)
+    return entry
+
+
+def _eager(fn: Callable[..., Any], reason: str, strict: bool, error: Exception | None) -> _Entry:
+    if strict:
+        if error is not None:
+            raise error
+        raise StrictModeError(reason)
+    log.info("compile_function runs the function eagerly: %s", reason)
+    FALLBACKS.append((function_label(fn), reason))
+    return _Entry(eager_reason=reason)
+
+
+def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source]:
+    """Map each output leaf to where it comes from, keeping eager's object identities.
+
+    An output that *is* an input object (``return x``, ``x.add_(1)``, ``x.requires_grad_()``) is returned as the
+    real input, and a tensor returned twice as the program's first result for it: the epilogue would return
+    the same objects, but stock AOTAutograd (a fallback) returns fresh aliases. The graph keeps all its outputs.
+    """
+    returned = list(capture.graph.graph.output_node().args[0])
+    placeholders = list(capture.graph.graph.find_nodes(op="placeholder"))
+    input_ids = {id(f): i for i, f in enumerate(capture.inputs)}
+    first: dict[int, int] = {}
+    sources: list[_Source] = []
+    k = 0
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            sources.append(_Constant(leaf))
+            continue
+        root = _returned_input(returned[k])
+        if id(leaf) in input_ids:
+            sources.append(_FromInput(input_ids[id(leaf)]))
+        elif root is not None:  # a lifted tensor, returned (or mutated in place and returned)
+            sources.append(_FromInput(placeholders.index(root)))
+        else:
+            sources.append(_FromProgram(first.setdefault(id(leaf), k)))
+        k += 1
+    return sources
+
+
+def _returned_input(node: fx.Node) -> fx.Node | None:
+    """The placeholder ``node`` is, following in-place calls (which return their first argument)."""
+    while node.op != "placeholder":
+        target = graph_ops.mutated_input(node)
+        if target is None:
+            return None
+        node = target
+    return node
+
+
+def _prune_unused_inputs(gm: fx.GraphModule) -> list[int]:
+    """Drop placeholders nothing reads; return the positions of the ones kept."""
+    used = []
+    for i, p in enumerate(list(gm.graph.find_nodes(op="placeholder"))):
+        if p.users:
+            used.append(i)
+        else:
+            gm.graph.erase_node(p)
+    gm.recompile()
+    return used
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Modules the function owns: their state is looked up by name on every call.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _owned_modules(fn: Callable[..., Any]) -> list[tuple[str, nn.Module]]:
+    """The module compiled, the module a bound method belongs to, and modules in the closure or named globals."""
+    found: dict[int, tuple[str, nn.Module]] = {}
+
+    def add(name: str, value: Any) -> None:
+        if isinstance(value, nn.Module) and id(value) not in found:
+            found[id(value)] = (name, value)
+
+    add("self", fn)
+    add("self", getattr(fn, "__self__", None))
+    code_fn = fn.forward if isinstance(fn, nn.Module) else getattr(fn, "__func__", fn)
+    if isinstance(code_fn, types.MethodType):
+        code_fn = code_fn.__func__
+    if isinstance(code_fn, types.FunctionType):
+        for name, cell in zip(code_fn.__code__.co_freevars, code_fn.__closure__ or ()):
+            try:
+                add(name, cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        for name in code_fn.__code__.co_names:
+            add(name, code_fn.__globals__.get(name))
+    return list(found.values())
+
+
+_State = dict[int, tuple[nn.Module, str, str, torch.Tensor]]  # id(tensor) -> (owner, name, kind, tensor)
+
+
+def _training_flags(owners: list[tuple[str, nn.Module]]) -> tuple[bool, ...]:
+    # Every submodule: ``model.dropout.eval()`` changes what the trace would record as much as ``model.eval()``.
+    return tuple(m.training for _, owner in owners for m in owner.modules())
+
+
+def _module_state(owners: list[tuple[str, nn.Module]]) -> _State:
+    state: _State = {}
+    for _, module in owners:
+        for name, p in module.named_parameters(remove_duplicate=False):
+            state.setdefault(id(p), (module, name, "parameter", p))
+        for name, b in module.named_buffers(remove_duplicate=False):
+            state.setdefault(id(b), (module, name, "buffer", b))
+    return state
+
+
+def _restore_module_state(owners: list[tuple[str, nn.Module]], state: _State) -> str | None:
+    """Put back any parameter or buffer the trace rebound (to a fake value); name the first one."""
+    rebound = None
+    for module, name, kind, tensor in state.values():
+        current = module.get_parameter(name) if kind == "parameter" else module.get_buffer(name)
+        if current is not tensor:
+            owner_name, _, attr = name.rpartition(".")
+            setattr(module.get_submodule(owner_name), attr, tensor)
+            rebound = rebound or f"{kind} {name}"
+    return rebound
+
+
+def _getter(
+    tensor: torch.Tensor, owners: list[tuple[str, nn.Module]], state: _State
+) -> Callable[[], torch.Tensor | None]:
+    owned = state.get(id(tensor))
+    if owned is None:
+        return lambda: tensor
+    module, name, kind, _ = owned
+    lookup = module.get_parameter if kind == "parameter" else module.get_buffer
+
+    def get() -> torch.Tensor | None:
+        try:
+            return lookup(name)
+        except AttributeError:  # deleted or no longer a parameter/buffer: retrace
+            return None
+
+    return get
 
 
 def _metadata_key(flat: list[Any]) -> tuple[Hashable, ...]:

@@ -12,7 +12,9 @@ Each run gets its own copies of the tensor arguments (``detach().clone()``, ``re
 program that mutates its inputs does not see the previous run's mutations. If tensor arguments alias each other
 they are passed as given instead, so that the aliasing the pipeline sees is preserved.
 
-Command line: ``python -m predispatch_views explain MODULE:FUNCTION --args "randn(50, 50, requires_grad=True)"``.
+Command line: ``python -m predispatch_views explain MODULE:FUNCTION --args "randn(50, 50, requires_grad=True)"``
+(``--kwargs "dim=1"`` for keyword arguments). It exits with 1 when the program raises under eager or compiling it
+raises (both in the report's "errors" section, not among the fallback reasons), 2 on a bad target or expression.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import collections
 import importlib
 import json
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +36,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .capture import capture_function
 from .functionalize import EPILOGUE_TAG
+from .labels import LABEL_KEY, function_label
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, compile_captured
 
 __all__ = ["AutogradSummary", "Explanation", "add_explain_arguments", "explain", "render_graph"]
@@ -100,6 +104,17 @@ class Explanation:
         return self.program.epilogue_source
 
     @property
+    def errors(self) -> list[str]:
+        """What raised: the program itself under eager, and compiling it with the prototype."""
+        out = []
+        eager = self.autograd.get("eager")
+        if eager is not None and eager.error is not None:
+            out.append(f"the program raises under eager: {eager.error}")
+        if self.compile_error is not None:
+            out.append(f"compiling with the prototype raised {self.compile_error}")
+        return out
+
+    @property
     def fallback_reasons(self) -> list[str]:
         reasons = [] if self.program.fallback_reason is None else [self.program.fallback_reason]
         return reasons + [r for r in self.logged_fallbacks if r not in reasons]
@@ -109,7 +124,7 @@ class Explanation:
         fell_back = (
             "(none: the program fell back to stock AOTAutograd)"
             if self.fallback_reasons
-            else "(none: compiling raised, see the fallback reasons)"
+            else "(none: compiling raised, see the errors)"
         )
         out: dict[str, str] = {}
         out["pre-dispatch graph"] = render_graph(self.pre_dispatch) if self.pre_dispatch else "(not captured)"
@@ -127,14 +142,13 @@ class Explanation:
         out["epilogue source (run on every call)"] = (
             self.epilogue_source.rstrip() if self.epilogue_source is not None else fell_back
         )
-        fallbacks = self.fallback_reasons
-        if self.compile_error is not None:
-            fallbacks = [*fallbacks, f"compiling raised {self.compile_error}"]
-        out["fallback reasons"] = "\n".join(fallbacks) or "none"
+        out["fallback reasons"] = "\n".join(self.fallback_reasons) or "none"
         width = max((len(k) for k in self.autograd), default=0) + 1
         out["autograd graph of the outputs (node counts by type, AccumulateGrad excluded)"] = "\n".join(
             f"{(k + ':').ljust(width)} {s.render()}" for k, s in self.autograd.items()
         )
+        if self.errors:
+            out["errors"] = "\n".join(self.errors)
         return out
 
     def __str__(self) -> str:
@@ -170,6 +184,7 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
     compile_error = None
     try:
         graph, _ = capture_function(flat_fn, tensors)
+        graph.meta[LABEL_KEY] = function_label(fn)
     except Exception as e:  # the program cannot be traced (often: eager raises too)
         compile_error = f"in the pre-dispatch capture: {_describe(e)}"
         program = CompiledProgram(run=_raise(e))
@@ -310,24 +325,43 @@ _DTYPES = [
 ]
 
 
-def parse_args_expression(text: str) -> list[Any]:
-    """``"randn(3, 4, requires_grad=True), ones(2)"`` -> the values, with torch's factories in scope."""
+def _evaluate(text: str, template: str, option: str) -> Any:
     scope: dict[str, Any] = {name: getattr(torch, name) for name in _FACTORIES}
     scope.update({name: getattr(torch, name) for name in _DTYPES})
     scope["torch"] = torch
-    scope["__builtins__"] = {"range": range, "list": list, "tuple": tuple, "int": int, "float": float}
-    if not text.strip():
-        return []
-    return list(eval(f"({text},)", scope))
+    scope["__builtins__"] = {"range": range, "list": list, "tuple": tuple, "int": int, "float": float, "dict": dict}
+    try:
+        return eval(template.format(text), scope)
+    except Exception as e:
+        raise UsageError(f"{option} {text!r}: {type(e).__name__}: {e}") from None
+
+
+def parse_args_expression(text: str) -> list[Any]:
+    """``"randn(3, 4, requires_grad=True), ones(2)"`` -> the values, with torch's factories in scope."""
+    return list(_evaluate(text, "({},)", "--args")) if text.strip() else []
+
+
+def parse_kwargs_expression(text: str) -> dict[str, Any]:
+    """``"dim=1, scale=ones(3)"`` -> the keyword arguments, same scope as ``parse_args_expression``."""
+    return dict(_evaluate(text, "dict({})", "--kwargs")) if text.strip() else {}
 
 
 def load_function(spec: str) -> Callable[..., Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"expected MODULE:FUNCTION, got {spec!r}")
-    obj: Any = importlib.import_module(module_name)
+        raise UsageError(f"expected MODULE:FUNCTION, got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"cannot import module {module_name!r}: {e}") from None
+    except Exception as e:  # the module raised while being imported
+        raise UsageError(f"importing {module_name!r} raised {type(e).__name__}: {e}") from None
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"{module_name}:{attr}: {getattr(obj, '__name__', repr(obj))} has no attribute {part!r}")
         obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"{module_name}:{attr} is a {type(obj).__name__}, not a function")
     return obj
 
 
@@ -338,14 +372,35 @@ def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help='comma-separated expressions with torch factories in scope, e.g. "randn(50, 50, requires_grad=True)"',
     )
+    parser.add_argument(
+        "--kwargs",
+        default="",
+        help='keyword arguments, same scope as --args, e.g. "dim=1, scale=ones(3)"',
+    )
     parser.add_argument("--inner", default="aot_eager", help="inner backend for the core and for stock")
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before evaluating --args")
     parser.set_defaults(run=run_explain)
 
 
+class UsageError(Exception):
+    """A bad target or argument expression, reported in one line with exit status 2."""
+
+
 def run_explain(args: argparse.Namespace) -> int:
-    fn = load_function(args.function)
-    torch.manual_seed(args.seed)
-    values = parse_args_expression(args.args)
-    print(explain(fn, *values, inner=args.inner), end="")
-    return 0
+    """Exit status: 0, 1 when the program or its compilation raised (see the errors section), 2 on bad input."""
+    from .compare.validate import ArgumentError, check_inners
+
+    try:
+        check_inners((args.inner,))
+        fn = load_function(args.function)
+        torch.manual_seed(args.seed)
+        values = parse_args_expression(args.args)
+        kwargs = parse_kwargs_expression(args.kwargs)
+    except (UsageError, ArgumentError) as e:
+        print(f"explain: error: {e}", file=sys.stderr)
+        return 2
+    explanation = explain(fn, *values, inner=args.inner, **kwargs)
+    print(explanation, end="")
+    for error in explanation.errors:
+        print(f"explain: {error}", file=sys.stderr)
+    return 1 if explanation.errors else 0

@@ -14,14 +14,15 @@ package is imported; turn it off by leaving the block, ``predispatch_views.disab
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
+
+from predispatch_views_autoload import ENV_VAR, ORIGINAL_ATTR, flag_from_environment
 
 from . import _torch_internals as ti
 from .pipeline import compile_dynamo_graph
 
-ENV_VAR = "PREDISPATCH_VIEWS"
+__all__ = ["ENV_VAR", "disable", "enable", "is_enabled", "read_environment", "set_enabled"]
 _state = {"enabled": False, "installed": False}
 
 
@@ -29,14 +30,15 @@ def _install() -> None:
     if _state["installed"]:
         return
     wrapper_class = ti.inductor_wrapper_class()
-    original = wrapper_class.__call__
+    # The stub predispatch_views_autoload put there at ``import torch`` keeps torch's own method.
+    original = getattr(wrapper_class.__call__, ORIGINAL_ATTR, wrapper_class.__call__)
 
-    def __call__(self: Any, model_: Any, inputs_: Any) -> Any:
+    def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:  # kwargs: config_patches
         if not _state["enabled"]:
-            return original(self, model_, inputs_)
+            return original(self, model_, inputs_, **kwargs)
 
         def inner(gm: Any, example_inputs: Any) -> Any:
-            return original(self, gm, example_inputs)
+            return original(self, gm, example_inputs, **kwargs)
 
         return compile_dynamo_graph(model_, inputs_, inner).run
 
@@ -69,6 +71,6 @@ def enable(enabled: bool = True) -> Iterator[None]:
 
 
 def read_environment() -> None:
-    value = os.environ.get(ENV_VAR, "").strip().lower()
-    if value in ("1", "true", "yes", "on"):
+    """Turn the flag on if ``PREDISPATCH_VIEWS`` says so; warn on a value it does not understand."""
+    if flag_from_environment():
         set_enabled(True)

@@ -37,13 +37,14 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from . import _torch_internals as ti
 from .analysis import EpilogueSelection, Fallback, select_epilogue
 from .functionalize import functionalize_preserving_views
+from .labels import graph_label
 from .runtime import build_runtime
 from .slicing import SlicedProgram, slice_graph
 
 log = logging.getLogger("predispatch_views")
 
 InnerBackend = str | Callable[..., Any]
-# The most recent fallbacks, newest last: (graph name, reason). Read by compare/ and explain().
+# The most recent fallbacks, newest last: (the user's function and file:line, reason); see labels.py.
 FALLBACKS: collections.deque[tuple[str, str]] = collections.deque(maxlen=1000)
 
 
@@ -201,8 +202,9 @@ def _fall_back(
 ) -> CompiledProgram:
     if strict:
         raise StrictModeError(reason)
-    log.info("falling back to stock AOTAutograd: %s", reason)
-    FALLBACKS.append((type(graph).__name__, reason))
+    label = graph_label(graph)
+    log.info("falling back to stock AOTAutograd: %s [in %s]", reason, label)
+    FALLBACKS.append((label, reason))
     result.fallback_reason = reason
     result.run = inner_fn(graph, list(example_inputs))
     return result

@@ -2,8 +2,12 @@
 
 Usage (from the repository root)::
 
-    python scripts/regenerate_results.py            # the full comparison
-    python scripts/regenerate_results.py --quick    # the quick subset
+    python scripts/regenerate_results.py            # the full comparison -> design/results.md (committed)
+    python scripts/regenerate_results.py --quick    # the quick subset -> results/results-quick.md (not committed)
+
+Only the full comparison (no arguments) writes design/results.md by default: a quick or partial run (``--quick``,
+``--cases``, ``--inner``...) goes to results/, so it cannot silently replace the committed full results.
+``--output`` chooses the file explicitly.
 
 The compare command runs in a subprocess with ``--out`` pointing into a temporary folder; its ``compare.md`` is
 copied into design/results.md under a header that records the command, the torch version, the machine and the
@@ -28,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "design" / "results.md"
+QUICK_OUTPUT = ROOT / "results" / "results-quick.md"
+PARTIAL_OUTPUT = ROOT / "results" / "results-partial.md"
 _LOCAL_LINK = re.compile(r"!?\[([^\]]*)\]\((?!https?://|#)([^)\s]+)\)")
 
 
@@ -75,11 +81,24 @@ def header(compare_args: list[str], elapsed_s: float) -> str:
     )
 
 
+def default_output(quick: bool, compare_args: list[str]) -> Path:
+    """design/results.md only for the full comparison; any subset goes to results/ (not committed)."""
+    return QUICK_OUTPUT if quick else PARTIAL_OUTPUT if compare_args else DEFAULT_OUTPUT
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="pass --quick to compare")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write (default: %(default)s)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"where to write (default: {DEFAULT_OUTPUT.relative_to(ROOT)} for the full run, "
+        f"{QUICK_OUTPUT.relative_to(ROOT)} with --quick, {PARTIAL_OUTPUT.relative_to(ROOT)} with other arguments)",
+    )
     args, passthrough = parser.parse_known_args(argv)
+    if args.output is None:
+        args.output = default_output(args.quick, passthrough)
     if any(a == "--out" or a.startswith("--out=") for a in passthrough):
         parser.error("--out is chosen by this script (a temporary folder)")
     compare_args = (["--quick"] if args.quick else []) + passthrough

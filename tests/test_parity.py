@@ -104,11 +104,15 @@ def test_worker_processes_give_the_same_results() -> None:
 def test_section_writes_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setenv("PREDISPATCH_VIEWS_PARITY_JOBS", "1")
     args = argparse.Namespace(
-        quick=True, inners=("aot_eager",), device="cpu", show_divergences=True, cases="unbind_dim0", slow=False
+        quick=True, inners=("aot_eager",), device="cpu", show_divergences=True, cases="unbind_dim0", slow=False,
+        divergence_strategy="legacy", divergence_case="unbind",
     )
     markdown = parity.run_parity_section(args, tmp_path)
     printed = capsys.readouterr().out
     assert "prototype[aot_eager]" in printed and "Divergences" in printed
+    # The listing keeps the strategies asked for; the tables still count every strategy.
+    assert "unbind_dim0 / legacy_as_strided[aot_eager] /" in printed
+    assert "unbind_dim0 / stock[aot_eager] /" not in printed
     assert (tmp_path / "parity.md").read_text() == markdown
     rows = list(csv.DictReader((tmp_path / "parity.csv").open()))
     assert len(rows) == 5 * len(PROBES)  # one case x (eager + 4 strategies) x probes

@@ -72,8 +72,11 @@ class CaseRun:
 class ParityResults:
     cases: list[Case]
     strategies: list[Strategy]
-    runs: dict[tuple[str, str], CaseRun]  # (case name, strategy label)
+    runs: dict[tuple[str, str], CaseRun]  # (case name, strategy label); none for a case in eager_not_run
     seconds: float
+    # Cases whose eager reference did not run (its program could not be built, or the worker died), and why.
+    # Nothing is compared for them: a strategy that fails the same way would otherwise count as matching eager.
+    eager_not_run: dict[str, str] = field(default_factory=dict)
 
     def run(self, case: str, strategy: str) -> CaseRun | None:
         return self.runs.get((case, strategy))
@@ -128,12 +131,19 @@ def compare(reference: CaseRun, run: CaseRun) -> None:
 
 # What a worker process sends back for one case under one strategy (Case and Strategy hold lambdas).
 _Record = tuple[str, dict[str, Any], Any, list[tuple[str, str]], float]
+# The label of a record that stands for a harness failure of the whole case (a dead worker, a program that
+# could not be built for eager); its "observations" slot holds the reason.
+_NOT_RUN = "<not run>"
 
 
 def _run_case_group(case_name: str, labels: Sequence[str], inners: tuple[str, ...], device: str) -> list[_Record]:
     """One case under several strategies; runs in a worker process, so it takes and returns names."""
     case = by_name(case_name)
     strategies = {s.label: s for s in all_strategies(inners)}
+    eager = next(s for s in strategies.values() if s.inner is None)
+    built = attempt(lambda: eager.make(case.program(device)))
+    if isinstance(built, Raised):
+        return [(_NOT_RUN, {"reason": f"eager's program could not be built: {built}"}, None, [], 0.0)]
     records = []
     for label in labels:
         r = run_case(case, strategies[label], device)
@@ -198,7 +208,10 @@ def run_parity(
     records: dict[str, list[_Record]] = {}
     if jobs <= 1:
         for k, case in enumerate(cases):
-            records[case.name] = _run_case_group(case.name, groups[case.name], inners, device)
+            try:
+                records[case.name] = _run_case_group(case.name, groups[case.name], inners, device)
+            except Exception as e:  # the harness itself failed on this case: it is marked, the others still run
+                records[case.name] = [(_NOT_RUN, {"reason": f"the harness failed: {Raised.of(e)}"}, None, [], 0.0)]
             if progress:
                 print(f"  [{k + 1}/{len(cases)}] {case.name}", file=sys.stderr, flush=True)
     else:
@@ -214,15 +227,17 @@ def run_parity(
                 try:
                     records[name] = torch.load(io.BytesIO(future.result()), weights_only=False)
                 except Exception as e:  # a crashed worker is recorded, not a crash of the harness
-                    failure = Raised.of(e)
-                    records[name] = [
-                        (label, dict.fromkeys(PROBES, failure), failure, [], 0.0) for label in groups[name]
-                    ]
+                    reason = f"the worker running it failed: {Raised.of(e)}"
+                    records[name] = [(_NOT_RUN, {"reason": reason}, None, [], 0.0)]
                 if progress:
                     print(f"  [{k + 1}/{len(cases)}] {name}", file=sys.stderr, flush=True)
 
     runs: dict[tuple[str, str], CaseRun] = {}
+    eager_not_run: dict[str, str] = {}
     for case in cases:
+        if records[case.name] and records[case.name][0][0] == _NOT_RUN:
+            eager_not_run[case.name] = records[case.name][0][1]["reason"]
+            continue
         made = {
             label: CaseRun(case, by_label[label], obs, nodes, fallbacks, seconds=seconds)
             for label, obs, nodes, fallbacks, seconds in records[case.name]
@@ -232,7 +247,7 @@ def run_parity(
             if label in made:
                 compare(reference, made[label])
                 runs[case.name, label] = made[label]
-    return ParityResults(list(cases), list(strategies), runs, time.perf_counter() - start)
+    return ParityResults(list(cases), list(strategies), runs, time.perf_counter() - start, eager_not_run)
 
 
 def plan(args: argparse.Namespace) -> tuple[list[Case], list[Strategy], dict[str, set[str]]]:
@@ -258,10 +273,17 @@ def run_parity_section(args: argparse.Namespace, out_dir: Path) -> str:
     results = run_parity(cases, strategies, args.device, only=only, jobs=default_jobs(), progress=True)
     print(report.text_table(results))
     print(report.text_fallbacks(results))
+    only_divergences = report.DivergenceFilter(
+        getattr(args, "divergence_strategy", None), getattr(args, "divergence_case", None)
+    )
     if getattr(args, "show_divergences", False):
-        print(report.text_divergences(results))
-    markdown = report.markdown(results, show_divergences=bool(getattr(args, "show_divergences", False)))
+        print(report.text_divergences(results, only_divergences))
+    markdown = report.markdown(
+        results, show_divergences=bool(getattr(args, "show_divergences", False)), only=only_divergences
+    )
     (out_dir / "parity.md").write_text(markdown)
     report.write_csv(results, out_dir / "parity.csv")
     print(f"parity: {results.seconds:.0f} s; wrote {out_dir / 'parity.md'} and {out_dir / 'parity.csv'}")
+    if results.eager_not_run:
+        args.incomplete = [*getattr(args, "incomplete", []), f"eager did not run on {len(results.eager_not_run)} cases"]
     return markdown

@@ -82,12 +82,39 @@ def _rows(results: ParityResults) -> list[tuple[str, ...]]:
     ]
 
 
+@dataclass(frozen=True)
+class DivergenceFilter:
+    """Which divergences to list: substrings of the strategy label and of the case name (None: all)."""
+
+    strategy: str | None = None
+    case: str | None = None
+
+    def keeps(self, case: str, label: str) -> bool:
+        return (self.strategy is None or self.strategy in label) and (self.case is None or self.case in case)
+
+
+NOT_RUN = "eager did not run"
+
+
+def _not_run_note(results: ParityResults) -> str:
+    if not results.eager_not_run:
+        return ""
+    lines = [f"- {case}: {why}" for case, why in results.eager_not_run.items()]
+    return (
+        f"INCOMPLETE: eager did not run on {len(results.eager_not_run)} of {len(results.cases)} cases; they are "
+        "left out of every count above:\n" + "\n".join(lines)
+    )
+
+
 def _case_matrix(results: ParityResults) -> tuple[list[str], list[list[str]]]:
     """Per case, per strategy: probes matched (with an F when the prototype fell back)."""
     labels = [s.label for s in results.strategies[1:]]
     rows = []
     for c in results.cases:
         row = [c.name]
+        if c.name in results.eager_not_run:
+            rows.append(row + [NOT_RUN] * len(labels))
+            continue
         for label in labels:
             r = results.run(c.name, label)
             if r is None:
@@ -118,7 +145,9 @@ def text_table(results: ParityResults) -> str:
     title = f"Parity with eager: {n} cases x {len(PROBES)} probes ({', '.join(PROBES)})"
     headers, rows = _case_matrix(results)
     per_case = "Per case (probes matched; F: prototype fell back)"
-    return f"{title}\n\n{_text(HEADERS, _rows(results))}\n\n{per_case}\n\n{_text(headers, rows)}"
+    note = _not_run_note(results)
+    table = f"{title}\n\n{_text(HEADERS, _rows(results))}\n\n{note + chr(10) * 2 if note else ''}"
+    return f"{table}{per_case}\n\n{_text(headers, rows)}"
 
 
 def _same_as_stock(results: ParityResults, r: CaseRun) -> str:
@@ -148,17 +177,21 @@ def text_fallbacks(results: ParityResults) -> str:
     return "\nPrototype fallbacks\n\n" + _text(FALLBACK_HEADERS, rows)
 
 
-def _divergence_rows(results: ParityResults) -> list[tuple[str, str, str, str, str, str]]:
+def _divergence_rows(
+    results: ParityResults, only: DivergenceFilter = DivergenceFilter()
+) -> list[tuple[str, str, str, str, str, str]]:
     rows = []
     for (case, label), r in results.runs.items():
+        if not only.keeps(case, label):
+            continue
         for probe, d in r.divergences.items():
             if d is not None:
                 rows.append((case, label, probe, d.path, describe(d.expected), describe(d.actual)))
     return rows
 
 
-def text_divergences(results: ParityResults) -> str:
-    rows = _divergence_rows(results)
+def text_divergences(results: ParityResults, only: DivergenceFilter = DivergenceFilter()) -> str:
+    rows = _divergence_rows(results, only)
     if not rows:
         return "\nDivergences: none"
     blocks = [
@@ -168,7 +201,9 @@ def text_divergences(results: ParityResults) -> str:
     return "\nDivergences (eager vs strategy)\n\n" + "\n".join(blocks)
 
 
-def markdown(results: ParityResults, *, show_divergences: bool = False) -> str:
+def markdown(
+    results: ParityResults, *, show_divergences: bool = False, only: DivergenceFilter = DivergenceFilter()
+) -> str:
     headers, rows = _case_matrix(results)
     parts = [
         "## Parity with eager",
@@ -178,6 +213,10 @@ def markdown(results: ParityResults, *, show_divergences: bool = False) -> str:
         "",
         _markdown(HEADERS, _rows(results)),
         "",
+    ]
+    if note := _not_run_note(results):
+        parts += [f"**{note.splitlines()[0]}**", "", *note.splitlines()[1:], ""]
+    parts += [
         "### Prototype fallbacks",
         "",
     ]
@@ -186,8 +225,9 @@ def markdown(results: ParityResults, *, show_divergences: bool = False) -> str:
     parts += ["", "### Per case", "", "Probes matched; F: the prototype fell back to stock.", ""]
     parts.append(_markdown(headers, rows))
     if show_divergences:
-        divergences = _divergence_rows(results)
-        parts += ["", "### Divergences", ""]
+        divergences = _divergence_rows(results, only)
+        which = "" if only == DivergenceFilter() else f" (strategy ~ {only.strategy!r}, case ~ {only.case!r})"
+        parts += ["", f"### Divergences{which}", ""]
         parts.append(
             _markdown(("case", "strategy", "probe", "where", "eager", "strategy's"), divergences)
             if divergences
@@ -222,6 +262,8 @@ def write_csv(results: ParityResults, path: Path) -> None:
             reference = results.run(case, eager_label)
             for probe, d in r.divergences.items():
                 writer.writerow(_csv_row(r, reference, probe, d))
+        for case, why in results.eager_not_run.items():
+            writer.writerow([case, "", "", "", NOT_RUN, "", "", why, "", "", "", "", ""])
 
 
 def _csv_row(r: CaseRun, reference: CaseRun | None, probe: str, d: Divergence | None) -> list[str]:

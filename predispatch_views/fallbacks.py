@@ -1,0 +1,222 @@
+"""Every reason a program falls back to stock AOTAutograd: the one list the docs are generated from.
+
+README.md, design/README.md and design/04-soundness.md hold the rendering of this list between
+``<!-- fallbacks:NAME -->`` and ``<!-- /fallbacks:NAME -->`` markers; ``python -m predispatch_views.fallbacks``
+rewrites those blocks, and tests/test_docs.py checks both that they are up to date and that every reason the
+code can log (a ``Fallback(...)``, a returned or assigned reason string, a ``_fall_back`` argument) carries the
+``marker`` of one entry here.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FallbackReason:
+    summary: str  # a short Markdown phrase, for the lists in README.md and design/README.md
+    logged: str  # the message as logged (Markdown), for design/04's table
+    why: str  # why the program cannot be replayed
+    module: str  # the module (under predispatch_views/) whose source produces the message
+    marker: str  # a literal piece of the message, as written in that source
+
+
+FALLBACK_REASONS: tuple[FallbackReason, ...] = (
+    FallbackReason(
+        "`resize_`/`set_` anywhere in the graph (a storage change)",
+        "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
+        "functionalization cannot express a storage swap, and a replayed view would see a different storage than "
+        "eager's.",
+        "analysis.py",
+        "changes a tensor's storage",
+    ),
+    FallbackReason(
+        "compiled code that reads a base after a mutation through one of its views that must be replayed in eager",
+        "`<node> reads <alias> after <mutation> mutated its base through a view, and that mutation must be "
+        "replayed in eager`",
+        "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
+        "recompute (it would need a scatter). Fixable by cutting the program into several core/epilogue segments "
+        "(not done).",
+        "analysis.py",
+        "mutated its base through a view",
+    ),
+    FallbackReason(
+        "compiled code that reads an alias taken before a mutation replayed in eager",
+        "`<node> reads <alias>, an alias taken before <mutation> mutated its base`",
+        "the core's copy of that alias would miss the mutation the epilogue replays later.",
+        "analysis.py",
+        "an alias taken before",
+    ),
+    FallbackReason(
+        "compiled code that reads a value produced by a mutation replayed in eager",
+        "`the compiled region reads <node>, produced by a mutation replayed in eager`",
+        "the same ordering problem for a value derived from such a mutation.",
+        "analysis.py",
+        "produced by a mutation replayed in eager",
+    ),
+    FallbackReason(
+        "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken",
+        "`<node> (<op>) draws random numbers after a view is taken; replayed after the compiled region it would "
+        "draw again, in another order`",
+        "replayed, it draws after every random op of the core instead of between them, and a core reader "
+        "recomputing it out of place would draw twice.",
+        "analysis.py",
+        "draws random numbers after a view is taken",
+    ),
+    FallbackReason(
+        "a write to a base after its views are taken, when a differentiable op of the compiled region may save "
+        "that base for backward",
+        "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) "
+        "of the compiled region may save it, or a value computed from it, for backward`",
+        "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
+        "bump the version of a tensor the compiled backward checks, an error eager does not raise.",
+        "analysis.py",
+        "of the compiled region may save it",
+    ),
+    FallbackReason(
+        "an output that aliases an input or another output in the trace but that no replayable view call produces",
+        "`output <k> (<node>, <op>) aliases <input or output> in the trace, but no view call the epilogue can "
+        "replay produces it`",
+        "computed by the core, it would come back as AOTAutograd regenerates it, not as eager made it (the plan "
+        "check of Note [The invariant] in pipeline.py).",
+        "analysis.py",
+        "the epilogue can replay produces it",
+    ),
+    FallbackReason(
+        "an `inference_mode` region inside a Dynamo graph",
+        "`an inference_mode region inside the graph` (Dynamo path)",
+        "pre-dispatch tracing runs `_enter_inference_mode` but does not record it, so the core would compute the "
+        "region with autograd on.",
+        "capture.py",
+        "an inference_mode region inside the graph",
+    ),
+    FallbackReason(
+        "a custom `autograd.Function` inside a Dynamo graph",
+        "`a custom autograd.Function` (Dynamo path)",
+        "pre-dispatch tracing inlines its forward and drops its backward, so the core would differentiate the "
+        "forward instead of calling the user's backward.",
+        "capture.py",
+        "a custom autograd.Function (pre-dispatch tracing inlines",
+    ),
+    FallbackReason(
+        "a program the pre-dispatch capture cannot trace (compile_function then runs it eagerly)",
+        "`pre-dispatch capture failed: ...`",
+        "the graph cannot be traced at the pre-dispatch level (an op or a Dynamo construct the tracer does not "
+        "support).",
+        "pipeline.py",
+        "pre-dispatch capture failed",
+    ),
+    FallbackReason(
+        "a core the inner backend fails to compile",
+        "`compiling the core raised ...`",
+        "the core is not the user's program: it returns bases the program only viewed (perhaps under `no_grad`), "
+        "so AOTAutograd can trace a backward the program never asks for; stock decides.",
+        "pipeline.py",
+        "compiling the core raised",
+    ),
+    FallbackReason(
+        "compile_function only (it runs the function eagerly): a custom `autograd.Function` in the function",
+        "`custom autograd.Function <name>: the trace would inline its forward and drop its backward`",
+        "make_fx traces through `Function.apply`; there is no Dynamo graph with the `autograd_function_apply` "
+        "higher-order op to hand stock, so eager is the faithful answer.",
+        "capture.py",
+        "the trace would inline its forward and drop its backward",
+    ),
+    FallbackReason(
+        "compile_function only: `requires_grad_` on a traced tensor inside the function",
+        "`requires_grad_(<flag>) inside the function is not recorded by the trace`",
+        "the trace runs it on a fake tensor and records nothing, so the real input would keep its flag.",
+        "capture.py",
+        "requires_grad_(",
+    ),
+    FallbackReason(
+        "compile_function only: a backward pass (`backward`, `autograd.grad`) inside the function",
+        "`a backward pass inside the function (<call>) is not recorded by the trace`",
+        "make_fx cannot record a backward pass of the traced program as part of its forward.",
+        "capture.py",
+        "a backward pass inside the function",
+    ),
+    FallbackReason(
+        "compile_function only: a hook (`register_hook`, `retain_grad`) on a traced tensor",
+        "`<call> inside the function: hooks on traced tensors are lost`",
+        "hooks registered on fake tensors during the trace never reach the real outputs.",
+        "capture.py",
+        "hooks on traced tensors are lost",
+    ),
+    FallbackReason(
+        "compile_function only: an `inference_mode` region inside the function",
+        "`an inference_mode region inside the function is not recorded by the trace`",
+        "as for the Dynamo path: the region would be compiled with autograd on.",
+        "capture.py",
+        "an inference_mode region inside the function",
+    ),
+    FallbackReason(
+        "compile_function only: a function that rebinds a parameter or buffer of its module",
+        "`the function rebinds <parameter or buffer> (a traced value would be kept)`",
+        "the trace would store a fake value where the module keeps its state.",
+        "compile_function.py",
+        "the function rebinds",
+    ),
+    FallbackReason(
+        "compile_function only: a captured graph that fails to compile",
+        "`compiling the captured graph failed: ...`",
+        "eager then runs the function (and raises its own error, if it is wrong in eager).",
+        "compile_function.py",
+        "compiling the captured graph failed",
+    ),
+    FallbackReason(
+        "an internal error of the pipeline",
+        "`internal error in the view-replay pipeline: ...`",
+        "any exception in selection, functionalization or slicing: an engine limitation must never break a "
+        "program stock compiles.",
+        "pipeline.py",
+        "internal error in the view-replay pipeline",
+    ),
+)
+
+
+def render_list() -> str:
+    return "\n".join(
+        f"- {r.summary};" if i < len(FALLBACK_REASONS) - 1 else f"- {r.summary}."
+        for i, r in enumerate(FALLBACK_REASONS)
+    )
+
+
+def render_table() -> str:
+    rows = [f"| {r.logged} | {r.why} |" for r in FALLBACK_REASONS]
+    return "\n".join(["| reason (as logged) | why it is needed |", "|---|---|", *rows])
+
+
+# Which rendering each document holds.
+DOCUMENTS = {"README.md": "list", "design/README.md": "list", "design/04-soundness.md": "table"}
+RENDER = {"list": render_list, "table": render_table}
+
+
+def block_pattern(kind: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- fallbacks:{kind} -->\n)(.*?)(<!-- /fallbacks:{kind} -->)", re.S)
+
+
+def rendered_blocks(text: str, kind: str) -> list[str]:
+    return [m.group(2) for m in block_pattern(kind).finditer(text)]
+
+
+def sync(root: Path) -> list[str]:
+    """Rewrite every document's blocks from the list; return the documents that changed."""
+    changed = []
+    for name, kind in DOCUMENTS.items():
+        path = root / name
+        text = path.read_text()
+        body = RENDER[kind]() + "\n"
+        new = block_pattern(kind).sub(lambda m, body=body: m.group(1) + body + m.group(3), text)
+        if new != text:
+            path.write_text(new)
+            changed.append(name)
+    return changed
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
+    print("\n".join(f"rewrote {name}" for name in sync(root)) or "up to date")

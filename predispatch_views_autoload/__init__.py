@@ -1,0 +1,67 @@
+"""``PREDISPATCH_VIEWS=1`` without importing predispatch_views: a hook ``import torch`` runs.
+
+torch loads every entry point of the ``torch.backends`` group at the end of ``import torch`` (meant for
+out-of-tree device extensions; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns the mechanism off). The package
+declares ``autoload`` below in that group. It runs while torch is still initializing, so it imports nothing of
+predispatch_views: when the variable is unset or off it returns at once; when it is on, it swaps
+``torch._TorchCompileInductorWrapper.__call__`` (what plain ``torch.compile`` calls for every captured graph)
+for a stub that imports predispatch_views on the first compile. That import reads the variable and installs
+the real hook (flag.py), which takes the original method from the stub.
+
+This module lives outside the predispatch_views package so that loading it does not import the package.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+ENV_VAR = "PREDISPATCH_VIEWS"
+ON_VALUES = ("1", "true", "yes", "on")
+OFF_VALUES = ("", "0", "false", "no", "off")
+# The attribute of the stub that holds torch's own method.
+ORIGINAL_ATTR = "_predispatch_views_original"
+_warned: set[str] = set()
+
+
+def flag_from_environment() -> bool:
+    """Whether the variable turns the flag on; an unknown value warns (once) and leaves it off."""
+    raw = os.environ.get(ENV_VAR, "")
+    value = raw.strip().lower()
+    if value in ON_VALUES:
+        return True
+    if value not in OFF_VALUES and raw not in _warned:
+        _warned.add(raw)
+        warnings.warn(
+            f"{ENV_VAR}={raw!r} is not understood; the flag stays off. "
+            f"Accepted: {', '.join(ON_VALUES)} (on), {', '.join(v for v in OFF_VALUES if v)} or unset (off).",
+            stacklevel=2,
+        )
+    return False
+
+
+def autoload() -> None:
+    """The ``torch.backends`` entry point. Must never break ``import torch``."""
+    try:
+        if not flag_from_environment():
+            return
+        import torch  # the partially initialized module: _TorchCompileInductorWrapper is already defined
+
+        wrapper_class: Any = torch._TorchCompileInductorWrapper
+        if hasattr(wrapper_class.__call__, ORIGINAL_ATTR):  # the entry point is declared twice
+            return
+        original = wrapper_class.__call__
+
+        def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
+            import predispatch_views  # noqa: F401  (its import installs the flag's hook over this stub)
+
+            current = wrapper_class.__call__
+            if current is __call__:  # the variable was switched off since ``import torch``
+                wrapper_class.__call__ = current = original
+            return current(self, model_, inputs_, **kwargs)
+
+        setattr(__call__, ORIGINAL_ATTR, original)
+        wrapper_class.__call__ = __call__
+    except Exception as e:
+        warnings.warn(f"predispatch_views could not hook torch.compile: {type(e).__name__}: {e}", stacklevel=2)

@@ -1,0 +1,465 @@
+"""compile_function, the no-Dynamo entry point, against eager (issue 10).
+
+Modules and closures (parameters, buffers and closed-over tensors become inputs), what a pre-dispatch trace
+cannot record (custom autograd.Functions, requires_grad_, autograd.grad inside: eager with a logged reason),
+non-tensor outputs, output identity, unused inputs, a program whose eager backward fails, and a training loop.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import predispatch_views as pv
+from tests.parity_utils import alias_structure, assert_matches_eager, assert_same, flat_tensors, outcome, view_nodes
+
+
+def _compile(fn: Callable[..., Any], strict: bool = False) -> Callable[..., Any]:
+    return pv.compile_function(fn, inner="aot_eager", strict=strict)
+
+
+def _x(*shape: int, requires_grad: bool = True, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).requires_grad_(requires_grad)
+
+
+def _backward(outs: Any, seed: int = 0) -> None:
+    outs = [o for o in flat_tensors(outs) if o.requires_grad]
+    gen = torch.Generator().manual_seed(seed)
+    torch.autograd.backward(outs, [torch.randn(o.shape, generator=gen) for o in outs])
+
+
+def _assert_outputs_match(actual: Any, expected: Any, inputs: list[torch.Tensor]) -> None:
+    outs_a, outs_e = flat_tensors(actual), flat_tensors(expected)
+    assert type(actual) is type(expected)
+    assert alias_structure(inputs, outs_a) == alias_structure(inputs, outs_e)
+    assert view_nodes(outs_a) == view_nodes(outs_e)
+    for a, e in zip(outs_a, outs_e, strict=True):
+        torch.testing.assert_close(a, e)
+
+
+def _assert_same_state(actual: nn.Module, expected: nn.Module) -> None:
+    grads = {n: p.grad for n, p in expected.named_parameters()}
+    for n, p in actual.named_parameters():
+        torch.testing.assert_close(p, dict(expected.named_parameters())[n], msg=n)
+        if grads[n] is None:
+            assert p.grad is None, n
+        else:
+            torch.testing.assert_close(p.grad, grads[n], msg=n)
+    for (n, b_a), b_e in zip(actual.named_buffers(), expected.buffers(), strict=True):
+        torch.testing.assert_close(b_a, b_e, msg=n)
+
+
+def _new_fallbacks(before: int) -> list[str]:
+    return [reason for _, reason in list(pv.FALLBACKS)[before:]]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Modules and closures.
+# ---------------------------------------------------------------------------------------------------------
+
+
+class ChunkHeads(nn.Module):
+    """A linear layer, a BatchNorm (buffers mutated in training), and chunk/split heads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 12)
+        self.norm = nn.BatchNorm1d(12)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 12))
+
+    def forward(self, x: torch.Tensor) -> tuple[Any, ...]:
+        h = self.norm(self.proj(x)) * self.scale
+        q, k, v = h.chunk(3, -1)
+        return q, k, v.split([1, 3], -1)
+
+
+def _pair(factory: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    module = factory()
+    return module, copy.deepcopy(module)
+
+
+def test_closure_over_a_module_matches_eager_and_grads_land_on_its_parameters() -> None:
+    """The repro of issue 10: a FakeTensor assertion before."""
+    lin_e, lin_c = _pair(lambda: nn.Linear(4, 12))
+    compiled = _compile(lambda x: lin_c(x).chunk(3, -1), strict=True)
+    for step in range(2):
+        x_e, x_c = _x(2, 4, seed=step), _x(2, 4, seed=step)
+        outs_e, outs_c = lin_e(x_e).chunk(3, -1), compiled(x_c)
+        _assert_outputs_match(outs_c, outs_e, [x_c])
+        _backward(outs_e, step)
+        _backward(outs_c, step)
+        torch.testing.assert_close(x_c.grad, x_e.grad)
+    _assert_same_state(lin_c, lin_e)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_module_lifts_parameters_and_buffers(mode: str) -> None:
+    """compile_function(module): outputs, parameter grads and BatchNorm's running stats over three calls."""
+    eager, twin = _pair(ChunkHeads)
+    eager.train(mode == "train")
+    twin.train(mode == "train")
+    compiled = _compile(twin, strict=True)
+    for step in range(3):
+        x = _x(5, 4, seed=step)
+        outs_e, outs_c = eager(x), compiled(x)
+        _assert_outputs_match(outs_c, outs_e, [x])
+        _backward(outs_e, step)
+        _backward(outs_c, step)
+    _assert_same_state(twin, eager)
+    assert len(compiled.cache) == 1
+
+
+def test_module_training_flag_and_replaced_parameter_are_seen() -> None:
+    eager, twin = _pair(ChunkHeads)
+    compiled = _compile(twin, strict=True)
+    x = _x(5, 4)
+    _assert_outputs_match(compiled(x), eager(x), [x])
+    eager.eval()
+    twin.eval()
+    _assert_outputs_match(compiled(x), eager(x), [x])
+    weight = torch.randn(12, 4)
+    eager.proj.weight = nn.Parameter(weight.clone())
+    twin.proj.weight = nn.Parameter(weight.clone())
+    _assert_outputs_match(compiled(x), eager(x), [x])
+
+
+def test_closed_over_tensor_becomes_an_input() -> None:
+    """A closed-over tensor is read on every call (not a stale constant) and gets its gradient."""
+    w_e, w_c = _x(3, 4, seed=1), _x(3, 4, seed=1)
+
+    def make(w: torch.Tensor) -> Callable[[torch.Tensor], Any]:
+        return lambda x: (x * w).unbind(0)
+
+    fn_e, compiled = make(w_e), _compile(make(w_c), strict=True)
+    for step in range(2):
+        x = _x(3, 4, seed=10 + step)
+        outs_e, outs_c = fn_e(x), compiled(x)
+        _assert_outputs_match(outs_c, outs_e, [x])
+        _backward(outs_e, step)
+        _backward(outs_c, step)
+        torch.testing.assert_close(w_c.grad, w_e.grad)
+        with torch.no_grad():  # an in-place update between calls must be seen by the next one
+            w_e.add_(1)
+            w_c.add_(1)
+
+
+class RebindsABuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> Any:
+        self.calls = self.calls + 1
+        return (x * self.calls).unbind(0)
+
+
+def test_module_rebinding_its_buffer_runs_eagerly_and_keeps_its_state() -> None:
+    eager, twin = _pair(RebindsABuffer)
+    before = len(pv.FALLBACKS)
+    compiled = _compile(twin)
+    for step in range(2):
+        x = _x(2, 3, seed=step)
+        _assert_outputs_match(compiled(x), eager(x), [x])
+    assert isinstance(twin.calls, torch.Tensor) and not isinstance(twin.calls, pv.capture.ti.FakeTensor)
+    _assert_same_state(twin, eager)
+    assert any("rebinds buffer calls" in r for r in _new_fallbacks(before))
+    with pytest.raises(pv.StrictModeError, match="rebinds buffer calls"):
+        _compile(RebindsABuffer(), strict=True)(_x(2, 3))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a pre-dispatch trace cannot record: eager, with the reason logged.
+# ---------------------------------------------------------------------------------------------------------
+
+
+class PlusOneBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad + 1
+
+
+class DoublesGradInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 1
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.mul_(2)
+
+
+def _through(function: type[torch.autograd.Function]) -> Callable[[torch.Tensor], Any]:
+    return lambda x: function.apply(x.mul(3)).unbind(0)
+
+
+def _requires_grad_inside(a: torch.Tensor) -> Any:
+    a.requires_grad_(True)
+    return a.mul(2).unbind(0)
+
+
+def _requires_grad_of_an_intermediate(a: torch.Tensor) -> Any:
+    y = a.detach().mul(2)
+    y.requires_grad = True
+    return y, y.sin().unbind(0)
+
+
+def _grad_inside(create_graph: bool) -> Callable[[torch.Tensor], Any]:
+    def fn(x: torch.Tensor) -> Any:
+        y = x.sin()
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=create_graph)
+        return g.unbind(0), y.unbind(0)
+
+    return fn
+
+
+def _hook_inside(x: torch.Tensor) -> Any:
+    y = x.mul(2)
+    y.register_hook(lambda g: g * 10)
+    return y.unbind(0)
+
+
+def _inference_mode_region(x: torch.Tensor) -> Any:
+    y = x.mul(2)
+    with torch.inference_mode():
+        z = x.sin()
+    return y.unbind(0), z
+
+
+UNRECORDABLE: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], str]] = {
+    "autograd_function": (_through(PlusOneBackward), lambda: [_x(2, 3)], "PlusOneBackward"),
+    "autograd_function_mutating_grad": (_through(DoublesGradInPlace), lambda: [_x(2, 3)], "DoublesGradInPlace"),
+    "requires_grad_": (_requires_grad_inside, lambda: [_x(2, 3, requires_grad=False)], "requires_grad_(True)"),
+    "requires_grad_setter": (
+        _requires_grad_of_an_intermediate,
+        lambda: [_x(2, 3, requires_grad=False)],
+        "requires_grad_(True)",
+    ),
+    "autograd_grad": (_grad_inside(False), lambda: [_x(2, 3)], "backward pass inside"),
+    "autograd_grad_create_graph": (_grad_inside(True), lambda: [_x(2, 3)], "backward pass inside"),
+    "register_hook": (_hook_inside, lambda: [_x(2, 3)], "register_hook"),
+    "inference_mode": (_inference_mode_region, lambda: [_x(2, 3)], "inference_mode region"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNRECORDABLE))
+def test_unrecordable_calls_run_eagerly_with_a_reason(name: str) -> None:
+    fn, make_inputs, reason = UNRECORDABLE[name]
+    before = len(pv.FALLBACKS)
+    compiled = _compile(fn)
+    assert_matches_eager(fn, compiled, make_inputs)
+    # The input's own requires_grad flag after the call, as eager leaves it.
+    inputs_e, inputs_c = make_inputs(), make_inputs()
+    fn(*inputs_e)
+    compiled(*inputs_c)
+    assert [t.requires_grad for t in inputs_c] == [t.requires_grad for t in inputs_e]
+    reasons = _new_fallbacks(before)
+    assert len(reasons) == 1 and reason in reasons[0], reasons
+    with pytest.raises(pv.StrictModeError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        _compile(fn, strict=True)(*make_inputs())
+
+
+def test_autograd_function_gradient_is_eagers() -> None:
+    """The issue's numbers: backward g + 1 gives 2 per element in eager (1 when the backward was dropped)."""
+    x = _x(2, 3)
+    sum(o.sum() for o in _compile(lambda x: PlusOneBackward.apply(x).unbind(0))(x)).backward()
+    assert torch.equal(x.grad, torch.full((2, 3), 2.0))
+
+
+def test_autograd_function_elsewhere_is_not_refused_after_a_capture() -> None:
+    _compile(_through(PlusOneBackward))(_x(2, 3))
+    x = _x(2, 3)
+    PlusOneBackward.apply(x).sum().backward()  # Function.apply is restored once the capture is over
+    assert torch.equal(x.grad, torch.full((2, 3), 2.0))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Outputs: constants, torch.Size, identity.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _with_constants(x: torch.Tensor) -> Any:
+    y = x.mul(2)
+    return {"views": y.unbind(0), "shape": y.shape, "n": y.dim(), "name": "heads", "none": None}
+
+
+def test_non_tensor_and_size_outputs() -> None:
+    x = _x(2, 3)
+    expected, actual = _with_constants(x), _compile(_with_constants, strict=True)(x)
+    assert type(actual["shape"]) is torch.Size and actual["shape"] == expected["shape"]
+    assert {k: v for k, v in actual.items() if k != "views"} == {k: v for k, v in expected.items() if k != "views"}
+    _assert_outputs_match(actual["views"], expected["views"], [x])
+
+
+def _duplicated(x: torch.Tensor) -> Any:
+    v = x.mul(2).unbind(0)[0]
+    return v, v
+
+
+def _duplicated_on_a_fallback(x: torch.Tensor) -> Any:
+    y = x.mul(2)
+    y.detach().resize_(6)  # a storage change: stock AOTAutograd on the captured graph
+    v = y.unbind(0)[0]
+    return v, v
+
+
+def _returns_inputs(x: torch.Tensor, w: torch.Tensor) -> Any:
+    w.add_(1)
+    return x, w, x.mul(2).unbind(0)
+
+
+@pytest.mark.parametrize("fn", [_duplicated, _duplicated_on_a_fallback], ids=["replayed", "fallback"])
+def test_a_tensor_returned_twice_is_one_object(fn: Callable[..., Any]) -> None:
+    """On the fallback, stock AOTAutograd returns two distinct tensors when the input requires grad."""
+    x = _x(2, 3)
+    out = _compile(fn)(x)
+    assert out[0] is out[1]
+    torch.testing.assert_close(out[0], fn(x)[0])
+
+
+def test_returned_inputs_are_the_inputs() -> None:
+    x, w = _x(2, 3), _x(2, 3, requires_grad=False)
+    out = _compile(_returns_inputs, strict=True)(x, w)
+    assert out[0] is x and out[1] is w
+    torch.testing.assert_close(w, _x(2, 3, requires_grad=False) + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Unused inputs; a program whose eager backward fails.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ignores_y(x: torch.Tensor, y: torch.Tensor) -> Any:
+    return x.mul(2).unbind(0)
+
+
+def _ignores_y_on_a_fallback(x: torch.Tensor, y: torch.Tensor) -> Any:
+    z = x.mul(2)
+    z.detach().resize_(6)  # a storage change of an intermediate: the program falls back to stock
+    return z.unbind(0)
+
+
+def _values_and_grads(fn: Callable[..., Any], inputs: list[torch.Tensor], leaves: list[torch.Tensor]) -> list[Any]:
+    outs = flat_tensors(fn(*inputs))
+    values = [o.detach().clone() for o in outs]
+    _backward(outs)
+    return [values, [leaf.grad for leaf in leaves]]
+
+
+@pytest.mark.parametrize("fn", [_ignores_y, _ignores_y_on_a_fallback], ids=["replayed", "fallback"])
+def test_unused_leaf_gets_no_grad(fn: Callable[..., Any]) -> None:
+    """On the fallback too: stock AOTAutograd would give y a zero gradient."""
+    before = len(pv.FALLBACKS)
+    results = []
+    for f in (fn, _compile(fn)):
+        x, y = _x(2, 3), _x(4)
+        results.append(_values_and_grads(f, [x, y], [x, y]))
+    assert results[1][1][1] is None
+    assert_same(results[1], results[0])
+    assert ("resize_" in " ".join(_new_fallbacks(before))) == (fn is _ignores_y_on_a_fallback)
+
+
+@pytest.mark.parametrize("fn", [_ignores_y, _ignores_y_on_a_fallback], ids=["replayed", "fallback"])
+def test_unused_aliased_input(fn: Callable[..., Any]) -> None:
+    """Two views of one base, the second unused (stock: "outs_to_grad length (2) != tangents length (1)")."""
+    results = []
+    for f in (fn, _compile(fn)):
+        leaf = _x(4, 3)
+        base = leaf.mul(1)
+        results.append(_values_and_grads(f, [base[:2], base[2:].view(-1)[:4]], [leaf]))
+    assert_same(results[1], results[0])
+
+
+def _backward_would_fail(x: torch.Tensor) -> Any:
+    t = x.sin()
+    with torch.no_grad():
+        x.squeeze_()
+    return t.unbind(0)
+
+
+def test_program_whose_eager_backward_fails_raises_only_in_backward() -> None:
+    def inputs() -> torch.Tensor:
+        return _x(2, 1, 3).mul(1)
+
+    before = len(pv.FALLBACKS)
+    x_e, x_c = inputs(), inputs()
+    outs_e, outs_c = _backward_would_fail(x_e), _compile(_backward_would_fail)(x_c)
+    assert x_c.shape == x_e.shape
+    _assert_outputs_match(outs_c, outs_e, [x_c])
+    error_e = outcome(lambda: _backward(outs_e))
+    assert error_e[0] == "raised"
+    assert outcome(lambda: _backward(outs_c)) == error_e
+    assert any("compiling the captured graph failed" in r for r in _new_fallbacks(before))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_sgd_training_through_compile_function_matches_eager() -> None:
+    """20 SGD steps of a module with chunk/split heads: eager's losses and parameters, one trace."""
+    eager, twin = _pair(ChunkHeads)
+    compiled = _compile(twin, strict=True)
+    runs = []
+    for module, forward in ((eager, eager), (twin, compiled)):
+        opt = torch.optim.SGD(module.parameters(), lr=0.05)
+        losses = []
+        for step in range(20):
+            x = _x(6, 4, requires_grad=False, seed=step)
+            q, k, (v0, v1) = forward(x)
+            loss = (q * k).sum() + v0.pow(2).mean() - v1.sum() * 0.1
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        runs.append(losses)
+    torch.testing.assert_close(runs[1], runs[0], rtol=1e-4, atol=1e-5)
+    _assert_same_state(twin, eager)
+    assert not torch.equal(twin.proj.weight, _pair(ChunkHeads)[0].proj.weight)  # the loop did train
+    assert len(compiled.cache) == 1
+
+
+def test_returned_closed_over_tensors_are_themselves_and_in_place_updates_happen_once() -> None:
+    table = nn.Parameter(torch.randn(3, 4))
+    calls = torch.zeros(())
+
+    def fn(x: torch.Tensor) -> Any:
+        calls.add_(1)  # a small real tensor: the trace must not update it itself
+        return table, (x * table).unbind(0)
+
+    compiled = _compile(fn, strict=True)
+    x = _x(3, 4)
+    out = compiled(x)
+    compiled(x)
+    assert out[0] is table and calls.item() == 2
+    _assert_outputs_match(out[1], (x * table).unbind(0), [x])
+
+
+@pytest.mark.slow
+def test_never_worse_than_the_backend_on_the_case_library() -> None:
+    """scripts/compile_function_parity.py as a test: per case, as many probes match eager as under the backend."""
+    from predispatch_views.compare.cases import CASES
+    from predispatch_views.compare.parity import compare, run_case
+    from predispatch_views.compare.strategies import Strategy, eager, prototype
+
+    function = Strategy("prototype_fn", "aot_eager", lambda fn: pv.compile_function(fn, inner="aot_eager"))
+    worse = []
+    for case in CASES:
+        reference = run_case(case, eager())
+        backend, compiled = run_case(case, prototype("aot_eager")), run_case(case, function)
+        compare(reference, backend)
+        compare(reference, compiled)
+        if compiled.matched < backend.matched:
+            worse.append(case.name)
+    assert not worse

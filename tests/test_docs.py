@@ -1,0 +1,76 @@
+"""The fallback list in the docs is the code's: generated from predispatch_views/fallbacks.py, and every reason
+the code can log is in that list."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+from predispatch_views import fallbacks
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "predispatch_views"
+# The modules whose code produces fallback reasons.
+REASON_MODULES = ("analysis.py", "capture.py", "pipeline.py", "compile_function.py")
+
+
+def test_documents_hold_the_generated_fallback_list() -> None:
+    for name, kind in fallbacks.DOCUMENTS.items():
+        blocks = fallbacks.rendered_blocks((ROOT / name).read_text(), kind)
+        assert blocks == [fallbacks.RENDER[kind]() + "\n"], f"{name}: run python -m predispatch_views.fallbacks"
+
+
+def test_every_entry_names_a_message_its_module_produces() -> None:
+    for reason in fallbacks.FALLBACK_REASONS:
+        assert reason.marker in (PACKAGE / reason.module).read_text(), reason
+
+
+def _literal(node: ast.expr) -> str | None:
+    """A string constant, or an f-string with its fields as {} (implicit concatenation already merged)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+def _reason_literals(tree: ast.Module) -> list[str]:
+    """Messages in the places a reason is made: Fallback(...), _fall_back(...), UnsupportedCapture(...) and
+    compile_function's _eager(...) arguments, ``reason = ...``,
+    and what a function annotated ``-> str | None`` returns."""
+    found = []
+    for node in ast.walk(tree):
+        candidates: list[ast.expr] = []
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+            "Fallback",
+            "_fall_back",
+            "UnsupportedCapture",
+            "_eager",
+        ):
+            candidates = list(node.args)
+        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "reason" for t in node.targets):
+            candidates = [node.value]
+        elif isinstance(node, ast.FunctionDef) and node.returns and ast.unparse(node.returns) == "str | None":
+            candidates = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
+        found += [text for c in candidates if (text := _literal(c)) is not None]
+    return found
+
+
+def test_every_reason_the_code_logs_is_listed() -> None:
+    messages = [m for name in REASON_MODULES for m in _reason_literals(ast.parse((PACKAGE / name).read_text()))]
+    assert len(messages) >= len(fallbacks.FALLBACK_REASONS)  # the scan finds the sites it is meant to find
+    for message in messages:
+        matching = [r for r in fallbacks.FALLBACK_REASONS if r.marker in message]
+        assert len(matching) == 1, f"{message!r} is not in predispatch_views/fallbacks.py (or is ambiguous)"
+
+
+def test_only_the_full_comparison_rewrites_the_committed_results() -> None:
+    spec = importlib.util.spec_from_file_location("regenerate_results", ROOT / "scripts" / "regenerate_results.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    committed = ROOT / "design" / "results.md"
+    assert script.default_output(False, []) == committed
+    assert script.default_output(True, []) == ROOT / "results" / "results-quick.md"
+    assert script.default_output(False, ["--cases", "unbind"]) == ROOT / "results" / "results-partial.md"

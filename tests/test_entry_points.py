@@ -1,0 +1,130 @@
+"""First contact, each in a fresh interpreter: the backend by name with no import (also in a spawn worker), and
+``PREDISPATCH_VIEWS`` with no import.
+
+Entry points come from an installed distribution's metadata. So that these tests check this checkout's
+pyproject.toml (not whatever an older ``pip install -e`` left in site-packages), each subprocess gets a
+dist-info built from pyproject.toml on PYTHONPATH, ahead of the installed one (importlib.metadata takes the first
+distribution of a name on sys.path).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A program whose outputs are views only with the prototype: stock AOTAutograd hides the aliasing of an
+# intermediate's unbind (the unsafe fix), so its outputs are not views and their grad_fn is CompiledFunctionBackward.
+# Inductor (the default inner backend, and plain torch.compile's) is replaced by aot_eager: no C++ compiler runs.
+PROGRAM = """
+import sys
+import torch
+import torch._inductor.compile_fx as compile_fx_module
+from torch._dynamo.backends.debugging import aot_eager
+
+compile_fx_module.compile_fx = lambda gm, inputs, **kwargs: aot_eager(gm, inputs)
+
+def f(x):
+    return x.mul(2).unbind(0)
+
+def outputs_of(compiled):
+    x = torch.randn(3, 3, requires_grad=True)
+    outs = compiled(x)
+    return type(outs[0].grad_fn).__name__, outs[0]._is_view()
+"""
+
+
+def make_dist_info(tmp: Path, groups: tuple[str, ...]) -> Path:
+    """A dist-info of this checkout holding only the given entry-point groups of pyproject.toml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dist = tmp / f"predispatch_views-{project['version']}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    lines = []
+    for group in groups:
+        lines.append(f"[{group}]")
+        lines += [f"{name} = {value}" for name, value in project["entry-points"][group].items()]
+    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return tmp
+
+
+def run_python(code: str, tmp: Path, groups: tuple[str, ...], **env: str) -> subprocess.CompletedProcess[str]:
+    site = make_dist_info(tmp / "site", groups)
+    script = tmp / "script.py"
+    script.write_text(textwrap.dedent(PROGRAM) + textwrap.dedent(code))
+    full_env = {k: v for k, v in os.environ.items() if k != "PREDISPATCH_VIEWS"}
+    full_env.update(PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), OMP_NUM_THREADS="1", **env)
+    return subprocess.run(
+        [sys.executable, str(script)], env=full_env, capture_output=True, text=True, timeout=300, cwd=tmp
+    )
+
+
+def test_backend_by_name_without_import_and_in_spawn_workers(tmp_path: Path) -> None:
+    # Entry point first in the parent; package import first, then the name, in a spawn worker.
+    result = run_python(
+        """
+        def worker(_):
+            import predispatch_views  # noqa: F401
+            return outputs_of(torch.compile(f, backend="predispatch_views"))
+
+        if __name__ == "__main__":
+            print("parent", outputs_of(torch.compile(f, backend="predispatch_views")))
+            assert "predispatch_views" in sys.modules
+            import multiprocessing
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                print("worker", pool.map(worker, [0])[0])
+        """,
+        tmp_path,
+        ("torch_dynamo_backends",),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["parent ('UnbindBackward0', True)", "worker ('UnbindBackward0', True)"]
+    assert "Traceback" not in result.stderr
+
+
+def test_flag_from_environment_without_import(tmp_path: Path) -> None:
+    # No torch_dynamo_backends entry point in this process: the package import registers the name itself.
+    result = run_python(
+        """
+        print("before", "predispatch_views" in sys.modules)
+        print("flag", outputs_of(torch.compile(f)))
+        print("after", "predispatch_views" in sys.modules)
+        print("named", outputs_of(torch.compile(lambda x: f(x), backend="predispatch_views")))
+        """,
+        tmp_path,
+        ("torch.backends",),
+        PREDISPATCH_VIEWS="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "before False",
+        "flag ('UnbindBackward0', True)",
+        "after True",
+        "named ('UnbindBackward0', True)",
+    ]
+    assert "Warning" not in result.stderr
+
+
+def test_unknown_flag_value_warns_once(tmp_path: Path) -> None:
+    result = run_python(
+        """
+        import predispatch_views
+        print("enabled", predispatch_views.is_enabled())
+        """,
+        tmp_path,
+        ("torch.backends",),
+        PREDISPATCH_VIEWS="maybe",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["enabled False"]
+    warnings = [line for line in result.stderr.splitlines() if "PREDISPATCH_VIEWS='maybe' is not understood" in line]
+    assert len(warnings) == 1, result.stderr  # at ``import torch``; the package import does not repeat it
+    assert "Accepted: 1, true, yes, on (on), 0, false, no, off or unset (off)" in warnings[0]
