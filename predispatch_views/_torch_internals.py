@@ -23,6 +23,12 @@ Relied on:
   ``torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base``: the legacy as_strided regeneration.
 - ``torch._functorch.config.enable_autograd_cache`` and ``torch._inductor.config.fx_graph_cache``.
 - ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
+- ``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``: how an autocast region appears in a
+  pre-dispatch graph (tests check the capture records it).
+- ``torch._dynamo.compiled_autograd._enable``: compiled autograd with a given graph compiler (tests).
+- ``torch._dynamo.utils.counters``: AOTAutograd and FX graph cache hits and misses (tests), CUDA graphs skipped
+  (scripts/cudagraph_check.py).
+- ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
 - ``GraphModule.compile_subgraph_reason.user_stack`` and ``gm.meta["dynamo_compile_id"]``, which Dynamo's
   OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names.
 - ``torch.ops.higher_order.autograd_function_apply``: how Dynamo records a custom autograd.Function.
@@ -54,7 +60,11 @@ __all__ = [
     "FakeTensorMode",
     "FunctionalTensorMode",
     "as_strided_output_regeneration",
+    "autocast_region_markers",
     "compile_caches_disabled",
+    "compile_caches_enabled",
+    "compile_counters",
+    "compiled_autograd",
     "detect_fake_mode",
     "enable_python_dispatcher",
     "from_fun",
@@ -66,6 +76,7 @@ __all__ = [
     "multi_output_view_optimization_disabled",
     "to_fun",
     "trace_pre_dispatch",
+    "two_tensor_class",
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
@@ -160,6 +171,49 @@ def compile_caches_disabled() -> Iterator[None]:
 
     with functorch_config.patch(enable_autograd_cache=False), inductor_config.patch(fx_graph_cache=False):
         yield
+
+
+@contextlib.contextmanager
+def compile_caches_enabled() -> Iterator[None]:
+    """The AOTAutograd cache and the FX graph cache on (TORCHINDUCTOR_CACHE_DIR says where they live)."""
+    import torch._inductor.config as inductor_config
+
+    with functorch_config.patch(enable_autograd_cache=True), inductor_config.patch(fx_graph_cache=True):
+        yield
+
+
+def compile_counters() -> dict[str, int]:
+    """Counted in this process so far: AOTAutograd and FX graph cache hits and misses, CUDA graphs skipped."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
+        "autograd_cache_bypass": counters["aot_autograd"]["autograd_cache_bypass"],
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+    }
+
+
+def compiled_autograd(compiler_fn: Callable[[torch.fx.GraphModule], Any]) -> contextlib.AbstractContextManager[None]:
+    """Backward passes in the block run through compiled autograd; ``compiler_fn`` gets each autograd graph."""
+    from torch._dynamo import compiled_autograd as ca
+
+    return ca._enable(compiler_fn)
+
+
+def autocast_region_markers() -> tuple[Any, Any]:
+    """The callables an autocast region's entry and exit are recorded as in a pre-dispatch graph."""
+    from torch.amp import autocast_mode
+
+    return autocast_mode._enter_autocast, autocast_mode._exit_autocast
+
+
+def two_tensor_class() -> type:
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    return TwoTensor
 
 
 @contextlib.contextmanager

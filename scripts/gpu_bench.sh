@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Performance tables on a CUDA machine, in under 8 minutes.
+# Performance tables on a CUDA machine, in under 10 minutes.
 #
 #   scripts/gpu_bench.sh [OUT_DIR] [DEVICE]      OUT_DIR defaults to results/gpu, DEVICE to cuda
 #   scripts/gpu_bench.sh /tmp/bench cpu          the same run on CPU, to test the script without a GPU
@@ -8,6 +8,8 @@
 # per inner backend, each in its own process under its own time limit, so that one slow inner still leaves
 # the other's tables: OUT_DIR/inductor/{perf.md,perf.csv,scaling.png} and OUT_DIR/aot_eager/...
 # Ratios to eager and stock are from the same process, so each folder is self-contained.
+# Then scripts/cudagraph_check.py: CUDA graph trees (mode="reduce-overhead") with the prototype against eager and
+# stock: training parity, view nodes, graphs really captured, stale-output reads -> OUT_DIR/cudagraphs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +32,8 @@ fi
 
 mkdir -p "$OUT"
 status=0
-# inner backend, seconds allowed: inductor first (the interesting one on a GPU), 270 + 150 s < 8 min with setup.
+# inner backend, seconds allowed: inductor first (the interesting one on a GPU), 270 + 150 + 120 s (CUDA graph
+# check below) < 10 min with setup.
 for spec in inductor:270 aot_eager:150; do
     inner="${spec%%:*}"
     limit="${spec##*:}"
@@ -43,4 +46,12 @@ for spec in inductor:270 aot_eager:150; do
     fi
     tail -n 30 "$OUT/$inner.log"
 done
+
+echo "== CUDA graph trees (reduce-overhead) with the prototype on $DEVICE -> $OUT/cudagraphs"
+if ! timeout --signal=INT --kill-after=15 120 "$PYTHON" scripts/cudagraph_check.py --device "$DEVICE" \
+    --out "$OUT/cudagraphs" > "$OUT/cudagraphs.log" 2>&1; then
+    echo "gpu_bench.sh: the CUDA graph check failed or ran out of time, see $OUT/cudagraphs.log" >&2
+    status=1
+fi
+tail -n 20 "$OUT/cudagraphs.log"
 exit $status
