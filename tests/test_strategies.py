@@ -21,6 +21,7 @@ from predispatch_views.compare.strategies import (
     eager,
     legacy_as_strided,
     prototype,
+    slice_regen,
     stock,
     stock_no_fix,
 )
@@ -88,6 +89,39 @@ def test_legacy_as_strided_regenerates_with_as_strided(inner: str) -> None:
     assert [type(o.grad_fn).__name__ for o in outs] == ["AsStridedBackward0"] * len(outs)
     assert reachable(outs)["AsStridedBackward0"] == len(outs)
     assert reachable(outs)["UnbindBackward0"] == 0
+
+
+def _inplace_error(out: torch.Tensor) -> str:
+    with pytest.raises(RuntimeError) as info:
+        out.mul_(2)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("inner", INNERS)
+def test_slice_regen_selects_each_output_and_keeps_the_inplace_error(inner: str) -> None:
+    outs = outputs(slice_regen(inner))
+    eager_outs = outputs(eager())
+    assert all(o._is_view() for o in outs)
+    assert [type(o.grad_fn).__name__ for o in outs] == ["SelectBackward0"] * len(outs)
+    nodes = reachable(outs)
+    assert nodes["SelectBackward0"] == len(outs)
+    assert nodes["AsStridedBackward0"] == nodes["UnbindBackward0"] == 0
+    # Eager's error, but naming the select that regenerated the output instead of the unbind.
+    for i, (o, e) in enumerate(zip(outs, eager_outs)):
+        expected = _inplace_error(e)
+        assert expected.startswith(f"Output {i} of Unbind is a view")
+        assert _inplace_error(o) == expected.replace(f"Output {i} of Unbind", "Output 0 of Select")
+
+
+def test_slice_regen_narrows_split_outputs() -> None:
+    def split(x: torch.Tensor) -> Any:
+        return x.mul(2).split([1, 3], 1) + x.mul(3).chunk(2, 1)
+
+    outs, eager_outs = outputs(slice_regen("aot_eager"), split), outputs(eager(), split)
+    assert [type(o.grad_fn).__name__ for o in outs] == ["SliceBackward0"] * 4
+    for o, e in zip(outs, eager_outs):
+        assert (o.shape, o.stride(), o.storage_offset()) == (e.shape, e.stride(), e.storage_offset())
+        assert "This view is the output of a function that returns multiple views" in _inplace_error(o)
 
 
 @pytest.mark.parametrize("inner", INNERS)
