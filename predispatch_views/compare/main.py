@@ -20,6 +20,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-perf", action="store_true")
     parser.add_argument("--slow", action="store_true", help="also run the stress workloads")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
+    parser.add_argument("--models", action="store_true", help="also tiny Hugging Face models (extra [models])")
     parser.set_defaults(run=run_compare)
 
 
@@ -37,6 +38,10 @@ def run_compare(args: argparse.Namespace) -> int:
         from .benchmarks import run_perf_section
 
         sections.append(run_perf_section(args, out_dir))
+    if args.models:
+        from .models import run_models_section
+
+        sections.append(run_models_section(args, out_dir))
     if args.slow:
         from .stress import run_stress_section
 
