@@ -199,7 +199,9 @@ def _train(run: Callable[..., Any], model: torch.nn.Module, inputs: dict[str, An
     return loss.item(), {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def run_model(case: ModelCase, strategies: list[Strategy], settings: Settings) -> list[ModelRow]:
+def run_model(
+    case: ModelCase, strategies: list[Strategy], settings: Settings, *, warm_up: bool = True
+) -> list[ModelRow]:
     from .. import FALLBACKS
 
     counters = torch._dynamo.utils.counters
@@ -207,10 +209,10 @@ def run_model(case: ModelCase, strategies: list[Strategy], settings: Settings) -
     model.train()
     initial = copy.deepcopy(model.state_dict())
     loss_of(model(**inputs)).backward()  # one-time costs in eager (lazy inits, imports)
-    warm_up = next((s for s in strategies if s.inner is not None), None)
-    if warm_up is not None:  # and Dynamo's first trace of the model's code, so no strategy pays it
+    first = next((s for s in strategies if s.inner is not None), None)
+    if warm_up and first is not None:  # and Dynamo's first trace of the model's code, so no strategy pays it
         torch._dynamo.reset()
-        loss_of(warm_up.make(fresh_copy(lambda **kw: model(**kw)))(**inputs)).backward()
+        loss_of(first.make(fresh_copy(lambda **kw: model(**kw)))(**inputs)).backward()
     model.zero_grad(set_to_none=True)
     torch._dynamo.reset()
     rows: list[ModelRow] = []
