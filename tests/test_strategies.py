@@ -141,3 +141,21 @@ def test_autograd_cache_keeps_strategies_apart() -> None:
         outputs(stock("inductor"))
         outs = outputs(stock_no_fix("inductor"))
     assert [type(o.grad_fn).__name__ for o in outs] == ["UnbindBackward0"] * len(outs)
+
+
+def test_slice_regen_differs_from_eager_only_in_view_node_names() -> None:
+    from predispatch_views.compare.probes import Raised, first_difference
+    from predispatch_views.compare.report import _without_view_node_names
+
+    def observe(outs: tuple[torch.Tensor, ...]) -> list[Any]:
+        observed: list[Any] = [type(o.grad_fn).__name__ for o in outs]
+        for o in outs:
+            try:
+                o.mul_(2)
+            except RuntimeError as e:
+                observed.append(Raised.of(e))
+        return observed
+
+    expected, actual = observe(outputs(eager())), observe(outputs(slice_regen("aot_eager")))
+    assert first_difference(expected, actual) is not None
+    assert first_difference(_without_view_node_names(expected), _without_view_node_names(actual)) is None
