@@ -21,6 +21,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow", action="store_true", help="also run the stress workloads")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
     parser.add_argument("--models", action="store_true", help="also tiny Hugging Face models (extra [models])")
+    parser.add_argument("--models-inner", default="aot_eager", help="inner backends for --models, comma separated")
     parser.set_defaults(run=run_compare)
 
 

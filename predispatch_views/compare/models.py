@@ -336,7 +336,8 @@ def inplace_notes(rows: list[ModelRow]) -> str:
 
 
 def model_settings(args: argparse.Namespace) -> Settings:
-    inners = tuple(getattr(args, "inners", None) or ("aot_eager",))
+    # aot_eager unless --models-inner says otherwise: inductor would add minutes of gcc per model.
+    inners = tuple(i for i in (getattr(args, "models_inner", None) or "aot_eager").split(",") if i)
     return Settings(
         device=torch.device("cpu"), inners=inners, quick=True, min_run_time=0.05, rounds=3, step_cap_s=math.inf,
         budget_s=1.0,
