@@ -19,10 +19,14 @@ Relied on:
   ``torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base``: the legacy as_strided regeneration.
 - ``torch._functorch.config.enable_autograd_cache`` and ``torch._inductor.config.fx_graph_cache``.
 - ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
+<<<<<<< HEAD
 - ``torch._C._autograd._get_creation_meta``, ``_set_creation_meta`` and ``CreationMeta``, the
   ``torch._C._functionalization`` ViewMeta classes (``unbind_int_ViewMeta``, ``split_Tensor_ViewMeta``,
   ``split_with_sizes_ViewMeta``: their ``as_tuple()`` layout) and ``apply_view_meta_sequence``: the
   ``slice_regen`` strategy (pytorch PR #194037 emulated outside torch).
+=======
+- ``torch.ops.higher_order.autograd_function_apply``: how Dynamo records a custom autograd.Function.
+>>>>>>> main
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 __all__ = [
+    "AUTOGRAD_FUNCTION_APPLY",
     "SET_GRAD_ENABLED",
     "FakeTensor",
     "FakeTensorMode",
@@ -66,6 +71,7 @@ __all__ = [
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
+AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 
 
 def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:

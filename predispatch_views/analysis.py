@@ -26,6 +26,20 @@ Replaying E after the whole core is sound only if every core node sees the value
 mutation in E whose value the core also needs is given to the core in its out-of-place form (``t_`` -> ``t``,
 ``add_`` -> ``add``) when it applies to a base itself; a mutation through a view, or a core read of an alias
 taken before the mutation, makes the program fall back.
+
+Note [Mutations the epilogue must not replay]
+Moving a mutation from its place in the program to after the whole core is invisible to eager's autograd only
+if nothing the core did depends on when it happens. Two kinds of mutation break that, and make the program
+fall back:
+- a random in-place op (``uniform_``, ``bernoulli_``, in-place dropout): replayed, it draws after every random
+  op of the core instead of between them, and a core reader recomputing it out of place would draw twice;
+- a data mutation of a base (a graph input or an intermediate, or a view of one) when a differentiable op of
+  the core computes from that base and its backward needs values (``sin``, ``mul`` of two tensors...): the
+  core is one opaque autograd node whose saved tensors AOTAutograd's partitioner chooses, and it may save the
+  base and recompute from it.
+  Eager may have saved a later intermediate instead, so the replayed write would bump the version of a tensor the
+  compiled backward checks, an error eager does not raise. Ops whose backward reads no input (``add``, ``mul``
+  by a number, ``sum``) cannot make the partitioner save anything, and are looked through.
 """
 
 from __future__ import annotations
@@ -33,6 +47,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+import torch.utils._pytree as pytree
 from torch import fx
 
 from . import graph_ops
@@ -57,12 +73,17 @@ class Fallback:
 
 
 def select_epilogue(
-    gm: fx.GraphModule, *, grad_enabled: bool, input_alias_groups: Sequence[int] | None = None
+    gm: fx.GraphModule,
+    *,
+    grad_enabled: bool,
+    input_alias_groups: Sequence[int] | None = None,
+    input_requires_grad: Sequence[bool] | None = None,
 ) -> EpilogueSelection | Fallback:
     """Pick the epilogue of a pre-dispatch graph; see Note [Which nodes the epilogue replays].
 
     ``input_alias_groups[i]`` is the index of the first input sharing input i's storage: inputs that alias each
     other are one base for the rules below (a mutation of one after a view of the other is replayed in eager).
+    ``input_requires_grad[i]`` says whether input i requires grad (the traced values do not record it).
     """
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
@@ -138,6 +159,9 @@ def select_epilogue(
         stack.extend(n.all_input_nodes)
     epilogue |= toggles
     duplicated |= toggles
+    requires_grad = _requires_grad(nodes, grad_enabled, input_requires_grad)
+    if (reason := _unreplayable_mutation(nodes, root, epilogue, duplicated, requires_grad)) is not None:
+        return Fallback(reason)
 
     resolved: dict[fx.Node, fx.Node] = {}
     externals: list[fx.Node] = []
@@ -152,7 +176,39 @@ def select_epilogue(
             resolved[n] = source
         else:
             externals.append(n)
+    if (reason := _unreproduced_output_alias(nodes, epilogue, resolved)) is not None:
+        return Fallback(reason)
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
+
+
+def _unreproduced_output_alias(
+    nodes: list[fx.Node], epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node]
+) -> str | None:
+    """The plan check of Note [The invariant] (pipeline.py): every output the trace shows aliasing an input or
+    another output must be replayed in eager (or be the input itself); computed by the core it would come back
+    as AOTAutograd regenerates it, not as eager made it.
+    """
+    storages: dict[int, str] = {}
+    for p in (n for n in nodes if n.op == "placeholder"):
+        if isinstance(value := p.meta.get("val"), torch.Tensor):
+            storages.setdefault(_storage(value), f"input {p.name}")
+    seen: set[fx.Node] = set()
+    for k, n in enumerate(a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)):
+        value = n.meta.get("val")
+        if n in seen or not isinstance(value, torch.Tensor):
+            continue
+        seen.add(n)
+        other = storages.setdefault(_storage(value), f"output {k}")
+        if other != f"output {k}" and n.op != "placeholder" and n not in epilogue and n not in resolved:
+            return (
+                f"output {k} ({n.name}, {graph_ops.op_name(n)}) aliases {other} in the trace, but no view call "
+                "the epilogue can replay produces it"
+            )
+    return None
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
 
 
 def _alias_roots(nodes: list[fx.Node], input_alias_groups: Sequence[int] | None) -> dict[fx.Node, fx.Node]:
@@ -233,6 +289,92 @@ def _check_replay_order(
             if order[i] < order[before[-1]]:
                 return f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base"
     return None
+
+
+def _unreplayable_mutation(
+    nodes: list[fx.Node],
+    root: dict[fx.Node, fx.Node],
+    epilogue: set[fx.Node],
+    duplicated: set[fx.Node],
+    requires_grad: set[fx.Node],
+) -> str | None:
+    """See Note [Mutations the epilogue must not replay]."""
+    for m in nodes:
+        if m not in epilogue or graph_ops.mutated_input(m) is None:
+            continue
+        if graph_ops.is_random(m):
+            return (
+                f"{m.name} ({graph_ops.op_name(m)}) draws random numbers after a view is taken; replayed after the "
+                "compiled region it would draw again, in another order"
+            )
+        base = root[m]
+        if not graph_ops.is_data_mutation(m):
+            continue
+        if (reader := _may_save(nodes, base, root, epilogue, duplicated, requires_grad)) is not None:
+            what = "graph input" if base.op == "placeholder" else "intermediate"
+            return (
+                f"{m.name} writes to {what} {base.name} after the views are taken, and {reader.name} "
+                f"({graph_ops.op_name(reader)}) of the compiled region may save it, or a value computed from "
+                "it, for backward"
+            )
+    return None
+
+
+def _may_save(
+    nodes: list[fx.Node],
+    base: fx.Node,
+    root: dict[fx.Node, fx.Node],
+    epilogue: set[fx.Node],
+    duplicated: set[fx.Node],
+    requires_grad: set[fx.Node],
+) -> fx.Node | None:
+    """The first differentiable core op computing from ``base`` whose backward may read values.
+
+    The partitioner may save ``base`` itself for any value the backward needs that is computed from it. Ops
+    whose backward reads no input (``add``, ``mul`` by a number, ``sum``, views...) need none, so everything
+    downstream of ``base`` through them is checked in turn.
+    """
+    reached = {base}
+    for n in nodes:
+        if (n in epilogue and n not in duplicated) or n.op != "call_function":
+            continue
+        if not any(i in reached or root.get(i) is base for i in n.all_input_nodes):
+            continue
+        reached.add(n)
+        if n in requires_grad and not (
+            graph_ops.is_view(n) or graph_ops.is_view_getitem(n) or graph_ops.backward_reads_no_input(n)
+        ):
+            return n
+    return None
+
+
+def _requires_grad(
+    nodes: list[fx.Node], grad_enabled: bool, input_requires_grad: Sequence[bool] | None
+) -> set[fx.Node]:
+    """The nodes whose result requires grad: a differentiable input, read with grad mode on.
+
+    An in-place write of such a value makes its target require grad too. (Traced values are detached
+    snapshots, so their ``requires_grad`` cannot be read off the graph.) Without ``input_requires_grad`` every
+    floating-point input is assumed to require grad.
+    """
+    out: set[fx.Node] = set()
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    for i, p in enumerate(placeholders):
+        value = p.meta.get("val")
+        if input_requires_grad is not None:
+            if i < len(input_requires_grad) and input_requires_grad[i]:
+                out.add(p)
+        elif isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+            out.add(p)
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+        elif n.op == "call_function" and grad and any(i in out for i in n.all_input_nodes):
+            out.add(n)
+            if (target := graph_ops.mutated_input(n)) is not None:
+                out.add(target)
+    return out
 
 
 def _grad_mode_changes_to_replay(

@@ -31,15 +31,21 @@ def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> f
         return ti.trace_pre_dispatch(_as_callable(gm), fakes)
 
 
-def unrecorded_state_change(gm: fx.GraphModule) -> str | None:
-    """A global-state call of Dynamo's graph that pre-dispatch tracing would run but not record.
+def capture_limitation(gm: fx.GraphModule) -> str | None:
+    """Something in Dynamo's graph that pre-dispatch tracing would run but not record faithfully.
 
     make_fx records grad-mode and autocast changes as nodes, but an inference_mode region would silently be
-    compiled with autograd on.
+    compiled with autograd on, and a custom autograd.Function (Dynamo's ``autograd_function_apply``) is inlined:
+    its forward is traced, its backward dropped.
     """
     for n in gm.graph.nodes:
-        if n.op == "call_function" and getattr(n.target, "__name__", "") == "_enter_inference_mode":
+        if n.op != "call_function":
+            continue
+        name = getattr(n.target, "__name__", "")
+        if name == "_enter_inference_mode":
             return "an inference_mode region inside the graph (pre-dispatch tracing does not record it)"
+        if n.target is ti.AUTOGRAD_FUNCTION_APPLY:
+            return "a custom autograd.Function (pre-dispatch tracing inlines its forward and drops its backward)"
     return None
 
 

@@ -54,7 +54,11 @@ def _overload(node: fx.Node) -> torch._ops.OpOverload | None:
 
 
 def is_view(node: fx.Node) -> bool:
-    """A call whose result aliases its first argument without writing to it (unbind, t, view, chunk...)."""
+    """A call whose result aliases its first argument without writing to it (unbind, t, view, chunk...).
+
+    Includes calls whose schema promises a fresh tensor but that return their input as it is; see
+    Note [Ops that return their input].
+    """
     op = _overload(node)
     if op is None or op in _NOT_VIEWS:
         return False
@@ -62,7 +66,77 @@ def is_view(node: fx.Node) -> bool:
     if schema.is_mutable or not schema.arguments or not schema.returns:
         return False
     first = schema.arguments[0].alias_info
-    return first is not None and all(r.alias_info is not None for r in schema.returns)
+    if first is not None and all(r.alias_info is not None for r in schema.returns):
+        return True
+    return returns_its_input(node)
+
+
+# Note [Ops that return their input]
+# Some composite ops are declared as returning a new tensor but return ``self`` itself when they have nothing
+# to do: ``dropout`` in eval mode or with p=0, ``type_as`` to the same dtype, ``atleast_1d`` of a 1-d tensor,
+# ``sum_to_size`` to the same size, ``conj_physical`` of a real tensor. In eager the result is then the very
+# input tensor (a view stays a view, and shares its version counter). Compiled code that computes them
+# returns a fresh tensor, so the epilogue must replay them like views. Pre-dispatch tracing runs their
+# composite bodies on fake tensors, so the traced value shares its input's storage -- except for the dropout
+# family, whose fake kernel always allocates: for those the arguments decide (at::dropout returns its input
+# when ``p == 0`` or ``not train``).
+_DROPOUTS = {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"}
+
+
+def returns_its_input(node: fx.Node) -> bool:
+    op = _overload(node)
+    if op is None or op._schema.is_mutable or not node.args or not isinstance(node.args[0], fx.Node):
+        return False
+    if op._schema.name.split("::")[-1] in _DROPOUTS:
+        p, train = [*node.args[1:3], None, None][:2]
+        return p == 0 or train is False
+    value, first = node.meta.get("val"), node.args[0].meta.get("val")
+    return (
+        isinstance(value, torch.Tensor)
+        and isinstance(first, torch.Tensor)
+        and value.untyped_storage()._cdata == first.untyped_storage()._cdata
+    )
+
+
+# Ops whose derivative is constant: their backward reads no input value, so nothing is saved for it.
+_LINEAR = {
+    "add",
+    "sub",
+    "neg",
+    "clone",
+    "sum",
+    "mean",
+    "cat",
+    "stack",
+    "_to_copy",
+    "contiguous",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "detach",
+    "alias",
+}
+
+
+def backward_reads_no_input(node: fx.Node) -> bool:
+    op = _overload(node)
+    if op is None:
+        return False
+    name = op._schema.name.split("::")[-1].rstrip("_")  # add_ is add
+    if name in _LINEAR:
+        return True
+    tensors = [isinstance(a, fx.Node) for a in node.args]
+    if name == "mul":  # by a number
+        return sum(tensors) == 1
+    if name == "div":  # a tensor by a number
+        return tensors[:1] == [True] and sum(tensors) == 1
+    return False
+
+
+def is_random(node: fx.Node) -> bool:
+    """An op that draws from the RNG (uniform_, bernoulli_, dropout_...): replaying it in eager draws again."""
+    op = _overload(node)
+    return op is not None and torch.Tag.nondeterministic_seeded in op.tags
 
 
 def is_multi_output_view(node: fx.Node) -> bool:

@@ -3,6 +3,23 @@
 Every entry point (Dynamo backend, experimental flag, compile_function, explain) goes through
 ``compile_captured``. A stage that finds the program cannot be replayed faithfully returns a reason; the
 program then goes to stock AOTAutograd with the same inner backend, and the reason is logged.
+
+Note [The invariant]
+For every program, the prototype (1) replays it faithfully, or (2) falls back to stock with a logged reason
+(``strict=True`` raises it instead), or (3) raises eager's error. It is never silently different from eager
+where stock is not. What enforces it, in pipeline order:
+- capture: constructs that pre-dispatch tracing runs but does not record faithfully (an inference_mode region,
+  a custom autograd.Function) fall back before tracing (capture.capture_limitation); a failed trace falls back;
+- analysis: a plan whose replay would change what the compiled region sees or saves falls back (Notes [Which
+  nodes the epilogue replays] and [Mutations the epilogue must not replay]); so does a plan that would not
+  reproduce the trace's alias structure: every output that the trace shows aliasing an input or another output
+  must come from a replayed view call (the plan check in analysis.py);
+- compile: an error compiling the core (which is not the user's program: it returns bases the user only viewed)
+  falls back, so stock decides whether the program compiles;
+- runtime: the epilogue replays eager's own calls, so eager's errors are raised as eager raises them, and it
+  restores the caller's grad mode if one of them raises.
+The differential fuzzer (compare/fuzz.py) and the ported upstream cases check the invariant on programs nobody
+here wrote; design/04 gives the counts.
 """
 
 from __future__ import annotations
@@ -89,6 +106,7 @@ def compile_captured(
             pre_dispatch,
             grad_enabled=torch.is_grad_enabled(),
             input_alias_groups=input_alias_groups(example_inputs),
+            input_requires_grad=[isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs],
         )
         if isinstance(selection, Fallback):
             reason = selection.reason
@@ -104,7 +122,13 @@ def compile_captured(
 
     core = None
     if compile_core and not result.sliced.core_is_empty:
-        core = inner_fn(result.sliced.core, list(example_inputs))
+        try:
+            core = inner_fn(result.sliced.core, list(example_inputs))
+        except Exception as e:
+            # The core is not the user's program: it returns bases the program only viewed (perhaps under
+            # no_grad), so AOTAutograd can trace a backward the program never asks for. Stock decides.
+            reason = f"compiling the core raised {type(e).__name__}: {_first_line(e)}"
+            return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
     result.run = build_runtime(result.sliced, core)
     result.epilogue_source = result.run.source
     return result
@@ -114,12 +138,12 @@ def compile_dynamo_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
     """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its fake inputs."""
-    from .capture import capture_graph_module, unrecorded_state_change
+    from .capture import capture_graph_module, capture_limitation
 
     if not _may_return_views(gm):
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
         return CompiledProgram(run=resolve_inner(inner)(gm, list(example_inputs)), notes=["no view outputs"])
-    if (reason := unrecorded_state_change(gm)) is not None:
+    if (reason := capture_limitation(gm)) is not None:
         return _fall_back(CompiledProgram(run=_unset), reason, gm, example_inputs, resolve_inner(inner), strict)
     try:
         pre_dispatch = capture_graph_module(gm, example_inputs)
@@ -142,6 +166,8 @@ def _may_return_views(gm: fx.GraphModule) -> bool:
 
     Aliasing without view-ness counts too: ``detach()`` results share storage and version counter.
     """
+    if any("dropout" in _target_name(n) for n in gm.graph.nodes):
+        return True  # fake dropout always allocates; eager's returns its input when p == 0 or not training
     seen: set[StorageWeakRef] = set()
     for p in gm.graph.find_nodes(op="placeholder"):
         value = p.meta.get("example_value")
@@ -161,6 +187,10 @@ def _may_return_views(gm: fx.GraphModule) -> bool:
     return False
 
 
+def _target_name(n: fx.Node) -> str:
+    return n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+
+
 def _fall_back(
     result: CompiledProgram,
     reason: str,
@@ -176,6 +206,11 @@ def _fall_back(
     result.fallback_reason = reason
     result.run = inner_fn(graph, list(example_inputs))
     return result
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _unset(*args: Any) -> Any:

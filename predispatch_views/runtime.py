@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from .graph_ops import is_grad_mode_change
 from .slicing import SlicedProgram
 
 
@@ -47,15 +48,26 @@ class EpilogueCodegen:
         return self.bind(arg, "k")
 
     def generate(self, sliced: SlicedProgram, call_core: bool) -> str:
-        lines = ["def run(*args):"]
+        body = self._body(sliced, call_core)
+        if not any(is_grad_mode_change(n) for n in sliced.epilogue.graph.nodes):
+            return "def run(*args):\n" + "".join(f"    {line}\n" for line in body)
+        # A replayed view or mutation that raises under no_grad must not leave grad mode off for the caller.
+        lines = ["def run(*args):", "    grad_enabled = _is_grad_enabled()", "    try:"]
+        lines += [f"        {line}" for line in body]
+        lines += ["    finally:", "        _set_grad_enabled(grad_enabled)"]
+        self.globals.update(_is_grad_enabled=torch.is_grad_enabled, _set_grad_enabled=torch._C._set_grad_enabled)
+        return "\n".join(lines) + "\n"
+
+    def _body(self, sliced: SlicedProgram, call_core: bool) -> list[str]:
+        lines = []
         if call_core:
-            lines.append("    core = _core(*args)")
+            lines.append("core = _core(*args)")
         names: dict[fx.Node, str] = {}
         placeholders = list(sliced.epilogue.graph.find_nodes(op="placeholder"))
         for p, source in zip(placeholders, sliced.sources):
             names[p] = f"v{len(names)}"
             container = "args" if source.kind == "arg" else "core"
-            lines.append(f"    {names[p]} = {container}[{source.index}]")
+            lines.append(f"{names[p]} = {container}[{source.index}]")
         output = sliced.epilogue.graph.output_node()
         outputs = _as_tuple(output.args[0])
         runs = _output_runs(outputs, output)
@@ -71,7 +83,7 @@ class EpilogueCodegen:
                 parts = [self.fmt(a, names) for a in n.args]
                 parts += [f"{k}={self.fmt(v, names)}" for k, v in n.kwargs.items()]
                 expr = f"{fn}({', '.join(parts)})"
-            lines.append(f"    {names[n]} = {expr}")
+            lines.append(f"{names[n]} = {expr}")
         returned, i = [], 0
         while i < len(outputs):
             if i in runs:  # one slice of the multi-output call's list, no Python work per output
@@ -81,8 +93,8 @@ class EpilogueCodegen:
             else:
                 returned.append(self.fmt(outputs[i], names))
                 i += 1
-        lines.append("    return (" + "".join(r + ", " for r in returned) + ")")
-        return "\n".join(lines) + "\n"
+        lines.append("return (" + "".join(r + ", " for r in returned) + ")")
+        return lines
 
 
 # A run of outputs this long that are consecutive results of one multi-output call is returned as a slice.

@@ -12,7 +12,9 @@ from pathlib import Path
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a subset that finishes in under 3 minutes on 2 CPUs")
-    parser.add_argument("--inner", default="aot_eager,inductor", help="inner backends, comma separated")
+    parser.add_argument(
+        "--inner", default=None, help="inner backends, comma separated (default aot_eager,inductor; --fuzz: aot_eager)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--show-divergences", action="store_true", help="list every divergence side by side")
     parser.add_argument("--out", default="results", help="folder for the Markdown, CSV and PNG outputs")
@@ -22,13 +24,21 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
     parser.add_argument("--models", action="store_true", help="also tiny Hugging Face models (extra [models])")
     parser.add_argument("--models-inner", default="aot_eager", help="inner backends for --models, comma separated")
+    parser.add_argument("--fuzz", type=int, default=0, metavar="N", help="only run N random programs (fuzz.py)")
+    parser.add_argument("--seed", type=int, default=0, help="the fuzzer's seed")
     parser.set_defaults(run=run_compare)
 
 
 def run_compare(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    args.inners = tuple(i for i in args.inner.split(",") if i)
+    inner = args.inner or ("aot_eager" if args.fuzz else "aot_eager,inductor")
+    args.inners = tuple(i for i in inner.split(",") if i)
+    if args.fuzz:
+        from .fuzz import run_fuzz_section
+
+        run_fuzz_section(args, out_dir)
+        return 0
     sections: list[str] = []
     start = time.perf_counter()
     if not args.skip_parity:

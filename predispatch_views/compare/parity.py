@@ -28,6 +28,7 @@ import torch
 from .. import pipeline
 from . import report
 from .cases import Case, by_name, select_cases
+from .cases_upstream import PREFIX as UPSTREAM_PREFIX
 from .probes import PROBES, Raised, Subject, attempt, autograd_nodes, first_difference
 from .strategies import Strategy, all_strategies
 
@@ -241,6 +242,9 @@ def plan(args: argparse.Namespace) -> tuple[list[Case], list[Strategy], dict[str
     strategies = all_strategies(inners)
     only: dict[str, set[str]] = {}
     if getattr(args, "quick", False):
+        # The ported upstream programs are many and mostly repeat the library's patterns: --quick keeps their
+        # fast subset only.
+        cases = [c for c in cases if c.fast or not c.name.startswith(UPSTREAM_PREFIX)]
         for s in strategies:
             if s.inner not in (None, "aot_eager"):
                 only[s.label] = set(QUICK_INDUCTOR_CASES)

@@ -14,6 +14,8 @@
   CreationMeta MULTI_OUTPUT_NODE (``_torch_internals.slice_output_regeneration``): one SelectBackward0 or
   SliceBackward0 per output, and eager's refusal of in-place writes (with Select/Slice in the message).
 - ``prototype``: ``torch.compile(fn, backend=predispatch_views.backend(inner))``.
+- ``prototype_fn``: ``predispatch_views.compile_function(fn, inner)``: the prototype without Dynamo (not in
+  ``all_strategies``; the fuzzer uses it).
 
 The patches only matter while Dynamo compiles (on the first call, or a recompile), but they are applied around
 every call so that a recompile under a probe sees them too. Each strategy is checked by its autograd graph on
@@ -32,6 +34,7 @@ import torch
 
 from .. import _torch_internals as ti
 from ..backend import backend as prototype_backend
+from ..compile_function import compile_function
 
 INNERS = ("aot_eager", "inductor")
 
@@ -112,6 +115,10 @@ def prototype(inner: str) -> Strategy:
     return Strategy("prototype", inner, lambda fn: _compiled(fn, prototype_backend(inner), None))
 
 
+def prototype_fn(inner: str) -> Strategy:
+    return Strategy("prototype_fn", inner, lambda fn: compile_function(fn, inner))
+
+
 def all_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
     out = [eager()]
     for inner in inners:
@@ -120,7 +127,7 @@ def all_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
 
 
 def by_label(label: str) -> Strategy:
-    for s in all_strategies():
+    for s in [*all_strategies(), *(prototype_fn(inner) for inner in INNERS)]:
         if s.label == label:
             return s
     raise KeyError(label)
