@@ -97,9 +97,9 @@ def _inplace_error(out: torch.Tensor) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("inner", INNERS)
-def test_slice_regen_selects_each_output_and_keeps_the_inplace_error(inner: str) -> None:
-    outs = outputs(slice_regen(inner))
+def test_slice_regen_selects_each_output_and_keeps_the_inplace_error() -> None:
+    # aot_eager only: the regeneration happens in AOTAutograd's runtime wrapper, whatever the inner compiler.
+    outs = outputs(slice_regen("aot_eager"))
     eager_outs = outputs(eager())
     assert all(o._is_view() for o in outs)
     assert [type(o.grad_fn).__name__ for o in outs] == ["SelectBackward0"] * len(outs)
