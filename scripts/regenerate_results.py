@@ -9,6 +9,9 @@ Only the full comparison (no arguments) writes design/results.md by default: a q
 ``--cases``, ``--inner``...) goes to results/, so it cannot silently replace the committed full results.
 ``--output`` chooses the file explicitly.
 
+The full comparison adds ``--models`` (the real-models table) when transformers is installed
+(``pip install -e ".[models]"``).
+
 The compare command runs in a subprocess with ``--out`` pointing into a temporary folder; its ``compare.md`` is
 copied into design/results.md under a header that records the command, the torch version, the machine and the
 commit it was generated from. The only change to the copied text: links to files compare wrote next to
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import os
 import platform
 import re
@@ -102,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(a == "--out" or a.startswith("--out=") for a in passthrough):
         parser.error("--out is chosen by this script (a temporary folder)")
     compare_args = (["--quick"] if args.quick else []) + passthrough
+    if not args.quick and "--models" not in compare_args and importlib.util.find_spec("transformers") is not None:
+        compare_args.append("--models")
 
     with tempfile.TemporaryDirectory(prefix="predispatch_views_results_") as tmp:
         command = [sys.executable, "-m", "predispatch_views", "compare", *compare_args, "--out", tmp]

@@ -51,6 +51,8 @@ def test_seed_backward_node_counts(rows: list[benchmarks.Row]) -> None:
     assert seed["prototype[aot_eager]"]["UnbindBackward0"] == 1  # eager's graph: one node for all outputs
     assert seed["stock_no_fix[aot_eager]"]["UnbindBackward0"] == 6  # one regenerated unbind per output
     assert seed["legacy_as_strided[aot_eager]"]["AsStridedBackward0"] == 6
+    assert seed["slice_regen[aot_eager]"]["SelectBackward0"] == 6  # one select per output (#194037)
+    assert seed["slice_regen[aot_eager]"]["UnbindBackward0"] == 0
     assert seed["stock[aot_eager]"]["UnbindBackward0"] == 0  # the unsafe fix: outputs are not views
 
 
@@ -85,7 +87,7 @@ def test_perf_section_writes_its_files(tmp_path: Path, monkeypatch: pytest.Monke
     assert (tmp_path / "perf.md").read_text() == text
     assert "| seed | 12 | prototype[aot_eager] |" in text and "inductor" not in text  # --quick: aot_eager only
     assert "### Targets" in text and "k = " in text
-    assert len((tmp_path / "perf.csv").read_text().splitlines()) == 1 + 2 * 5
+    assert len((tmp_path / "perf.csv").read_text().splitlines()) == 1 + 2 * len(all_strategies(("aot_eager",)))
 
 
 def test_cuda_is_refused_clearly_without_cuda() -> None:

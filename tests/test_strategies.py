@@ -21,6 +21,7 @@ from predispatch_views.compare.strategies import (
     eager,
     legacy_as_strided,
     prototype,
+    slice_regen,
     stock,
     stock_no_fix,
 )
@@ -90,6 +91,39 @@ def test_legacy_as_strided_regenerates_with_as_strided(inner: str) -> None:
     assert reachable(outs)["UnbindBackward0"] == 0
 
 
+def _inplace_error(out: torch.Tensor) -> str:
+    with pytest.raises(RuntimeError) as info:
+        out.mul_(2)
+    return str(info.value)
+
+
+def test_slice_regen_selects_each_output_and_keeps_the_inplace_error() -> None:
+    # aot_eager only: the regeneration happens in AOTAutograd's runtime wrapper, whatever the inner compiler.
+    outs = outputs(slice_regen("aot_eager"))
+    eager_outs = outputs(eager())
+    assert all(o._is_view() for o in outs)
+    assert [type(o.grad_fn).__name__ for o in outs] == ["SelectBackward0"] * len(outs)
+    nodes = reachable(outs)
+    assert nodes["SelectBackward0"] == len(outs)
+    assert nodes["AsStridedBackward0"] == nodes["UnbindBackward0"] == 0
+    # Eager's error, but naming the select that regenerated the output instead of the unbind.
+    for i, (o, e) in enumerate(zip(outs, eager_outs)):
+        expected = _inplace_error(e)
+        assert expected.startswith(f"Output {i} of Unbind is a view")
+        assert _inplace_error(o) == expected.replace(f"Output {i} of Unbind", "Output 0 of Select")
+
+
+def test_slice_regen_narrows_split_outputs() -> None:
+    def split(x: torch.Tensor) -> Any:
+        return x.mul(2).split([1, 3], 1) + x.mul(3).chunk(2, 1)
+
+    outs, eager_outs = outputs(slice_regen("aot_eager"), split), outputs(eager(), split)
+    assert [type(o.grad_fn).__name__ for o in outs] == ["SliceBackward0"] * 4
+    for o, e in zip(outs, eager_outs):
+        assert (o.shape, o.stride(), o.storage_offset()) == (e.shape, e.stride(), e.storage_offset())
+        assert "This view is the output of a function that returns multiple views" in _inplace_error(o)
+
+
 @pytest.mark.parametrize("inner", INNERS)
 def test_prototype_has_eagers_single_unbind(inner: str) -> None:
     predispatch_views.FALLBACKS.clear()
@@ -107,3 +141,21 @@ def test_autograd_cache_keeps_strategies_apart() -> None:
         outputs(stock("inductor"))
         outs = outputs(stock_no_fix("inductor"))
     assert [type(o.grad_fn).__name__ for o in outs] == ["UnbindBackward0"] * len(outs)
+
+
+def test_slice_regen_differs_from_eager_only_in_view_node_names() -> None:
+    from predispatch_views.compare.probes import Raised, first_difference
+    from predispatch_views.compare.report import _without_view_node_names
+
+    def observe(outs: tuple[torch.Tensor, ...]) -> list[Any]:
+        observed: list[Any] = [type(o.grad_fn).__name__ for o in outs]
+        for o in outs:
+            try:
+                o.mul_(2)
+            except RuntimeError as e:
+                observed.append(Raised.of(e))
+        return observed
+
+    expected, actual = observe(outputs(eager())), observe(outputs(slice_regen("aot_eager")))
+    assert first_difference(expected, actual) is not None
+    assert first_difference(_without_view_node_names(expected), _without_view_node_names(actual)) is None

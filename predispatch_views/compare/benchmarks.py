@@ -505,6 +505,9 @@ def check_targets(rows: list[Row], epilogue: list[EpilogueRow], inners: tuple[st
                               0.4, ""))  # fmt: skip
         targets.append(Target(f"{label}: seed N=50 fwd+bwd vs stock", at_50.step_vs_stock if at_50 else nan,
                               0.7, ""))  # fmt: skip
+        deep = find("deep_mlp", 2, label)
+        targets.append(Target(f"{label}: deep_mlp (40 layers) compile vs stock", deep.compile_vs_stock if deep else nan,
+                              1.1, "wall time, one compile each"))  # fmt: skip
         compiles = [(r.compile_vs_stock, r.workload, r.n_outputs) for r in rows
                     if r.strategy == label and not r.skipped and not math.isnan(r.compile_vs_stock)]  # fmt: skip
         if compiles:  # the geometric mean over workloads; the worst is in the detail

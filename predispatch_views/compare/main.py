@@ -37,6 +37,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-perf", action="store_true", help="no performance section")
     parser.add_argument("--slow", action="store_true", help="also run the stress workloads")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
+    parser.add_argument("--models", action="store_true", help="also tiny Hugging Face models (extra [models])")
+    parser.add_argument("--models-inner", default="aot_eager", help="inner backends for --models, comma separated")
     parser.add_argument("--fuzz", type=int, default=0, metavar="N", help="only run N random programs (fuzz.py)")
     parser.add_argument("--seed", default="0", help="the fuzzer's seed, or several, comma separated")
     parser.add_argument(
@@ -101,6 +103,10 @@ def _sections(args: argparse.Namespace) -> list[tuple[str, Callable[[argparse.Na
         from .benchmarks import run_perf_section
 
         sections.append(("performance", run_perf_section))
+    if args.models:
+        from .models import run_models_section
+
+        sections.append(("models", run_models_section))
     if args.slow:
         from .stress import run_stress_section
 

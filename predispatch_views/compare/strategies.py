@@ -9,6 +9,10 @@
 - ``legacy_as_strided``: also regenerate aliased outputs with as_strided instead of view replay
   (``_torch_internals.as_strided_output_regeneration``): one AsStridedBackward0 per output, the behaviour
   #111411 describes.
+- ``slice_regen``: pytorch PR #194037's idea (closed, 2026-08), emulated outside torch: the unsafe fix off,
+  and each aliased output of split/split_with_sizes/unbind regenerated as one select/narrow of its base, marked
+  CreationMeta MULTI_OUTPUT_NODE (``_torch_internals.slice_output_regeneration``): one SelectBackward0 or
+  SliceBackward0 per output, and eager's refusal of in-place writes (with Select/Slice in the message).
 - ``prototype``: ``torch.compile(fn, backend=predispatch_views.backend(inner))``.
 - ``prototype_fn``: ``predispatch_views.compile_function(fn, inner)``: the prototype without Dynamo (not in
   ``all_strategies``; the fuzzer uses it).
@@ -77,6 +81,16 @@ def _legacy() -> Any:
         yield
 
 
+@contextlib.contextmanager
+def _slice_regen() -> Any:
+    with (
+        ti.compile_caches_disabled(),
+        ti.multi_output_view_optimization_disabled(),
+        ti.slice_output_regeneration(),
+    ):
+        yield
+
+
 def eager() -> Strategy:
     return Strategy("eager", None, lambda fn: fn)
 
@@ -93,6 +107,10 @@ def legacy_as_strided(inner: str) -> Strategy:
     return Strategy("legacy_as_strided", inner, lambda fn: _compiled(fn, inner, _legacy))
 
 
+def slice_regen(inner: str) -> Strategy:
+    return Strategy("slice_regen", inner, lambda fn: _compiled(fn, inner, _slice_regen))
+
+
 def prototype(inner: str) -> Strategy:
     return Strategy("prototype", inner, lambda fn: _compiled(fn, prototype_backend(inner), None))
 
@@ -104,7 +122,7 @@ def prototype_fn(inner: str) -> Strategy:
 def all_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
     out = [eager()]
     for inner in inners:
-        out += [stock(inner), stock_no_fix(inner), legacy_as_strided(inner), prototype(inner)]
+        out += [stock(inner), stock_no_fix(inner), legacy_as_strided(inner), slice_regen(inner), prototype(inner)]
     return out
 
 

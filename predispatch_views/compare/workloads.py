@@ -183,6 +183,25 @@ def layers(n_layers: int = 4, batch: int = 32, dim: int = 256) -> Workload:
     )
 
 
+# --- a deep graph with few view outputs: what the extra pre-dispatch trace costs at compile time -----------
+
+
+def deep_mlp(n_layers: int = 40, batch: int = 32, dim: int = 64) -> Workload:
+    def instantiate(make: Make, device: torch.device) -> Instance:
+        torch.manual_seed(0)
+        mlp = nn.Sequential(*(m for _ in range(n_layers) for m in (nn.Linear(dim, dim, device=device), nn.ReLU())))
+        x = _leaf(batch, dim, device=device)
+
+        def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return mlp(x).chunk(2, dim=-1)
+
+        fn = make(program)
+        return Instance(lambda: fn(x), _stack_sum)
+
+    return Workload("deep_mlp", 2, f"{n_layers} x (Linear({dim}, {dim}), ReLU) on ({batch}, {dim}), .chunk(2)",
+                    instantiate)  # fmt: skip
+
+
 def seed_sizes(quick: bool, slow: bool = False) -> tuple[int, ...]:
     """N for the scaling series; the targets are read at 50 and 1000."""
     if quick:
@@ -193,7 +212,7 @@ def seed_sizes(quick: bool, slow: bool = False) -> tuple[int, ...]:
 def tiny_workloads() -> list[Workload]:
     """Every kind of program at toy sizes: compiled once before timing, so that first-use costs (imports,
     decomposition tables, nn.Module tracing) land on no strategy's compile time."""
-    return [seed(4, width=4), kjt(4, 4, 2), qkv(1, 2, 8), single_view(2), layers(2, 2, 16)]
+    return [seed(4, width=4), kjt(4, 4, 2), qkv(1, 2, 8), single_view(2), layers(2, 2, 16), deep_mlp(2, 2, 4)]
 
 
 def all_workloads(quick: bool, slow: bool = False) -> list[Workload]:
@@ -204,6 +223,7 @@ def all_workloads(quick: bool, slow: bool = False) -> list[Workload]:
         qkv(),
         single_view(),
         layers(),
+        deep_mlp(),
     ]
     if not quick:
         out.append(seed(1000, per_output_loss=True))
