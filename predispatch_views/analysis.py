@@ -176,32 +176,35 @@ def select_epilogue(
             resolved[n] = source
         else:
             externals.append(n)
-    if (reason := _unreproduced_output_alias(nodes, epilogue, resolved)) is not None:
+    if (reason := _unreproduced_output_alias(nodes, epilogue, resolved, externals)) is not None:
         return Fallback(reason)
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
 
 
 def _unreproduced_output_alias(
-    nodes: list[fx.Node], epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node]
+    nodes: list[fx.Node], epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node], externals: list[fx.Node]
 ) -> str | None:
-    """The plan check of Note [The invariant] (pipeline.py): every output the trace shows aliasing an input or
-    another output must be replayed in eager (or be the input itself); computed by the core it would come back
-    as AOTAutograd regenerates it, not as eager made it.
+    """The plan check of Note [The invariant] (pipeline.py): an output computed by the core must not alias an
+    input or another core value in the trace. Replayed views may alias what they view (the core value the
+    epilogue reads, which may itself be returned: ``return *y.unbind(0), y``); any other alias would come back as
+    AOTAutograd regenerates it, not as eager made it.
     """
-    storages: dict[int, str] = {}
+    owners: dict[int, tuple[fx.Node, str]] = {}
     for p in (n for n in nodes if n.op == "placeholder"):
         if isinstance(value := p.meta.get("val"), torch.Tensor):
-            storages.setdefault(_storage(value), f"input {p.name}")
-    seen: set[fx.Node] = set()
-    for k, n in enumerate(a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)):
+            owners.setdefault(_storage(value), (p, f"input {p.name}"))
+    for n in externals:
+        if isinstance(value := n.meta.get("val"), torch.Tensor) and any(u in epilogue for u in n.users):
+            owners.setdefault(_storage(value), (n, f"{n.name}, which the epilogue views"))
+    outputs = dict.fromkeys(a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node))
+    for k, n in enumerate(outputs):
         value = n.meta.get("val")
-        if n in seen or not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or n.op == "placeholder" or n in epilogue or n in resolved:
             continue
-        seen.add(n)
-        other = storages.setdefault(_storage(value), f"output {k}")
-        if other != f"output {k}" and n.op != "placeholder" and n not in epilogue and n not in resolved:
+        owner, what = owners.setdefault(_storage(value), (n, f"output {k}"))
+        if owner is not n:
             return (
-                f"output {k} ({n.name}, {graph_ops.op_name(n)}) aliases {other} in the trace, but no view call "
+                f"output {k} ({n.name}, {graph_ops.op_name(n)}) aliases {what} in the trace, but no view call "
                 "the epilogue can replay produces it"
             )
     return None

@@ -282,12 +282,6 @@ def base_after_its_views(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (*y.unbind(0), y)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=torch._dynamo.exc.BackendCompilerFailed,
-    reason="engine: the plan check (analysis._unreproduced_output_alias) sees the base, a core output, alias an "
-    "earlier view output and falls back; with the base first it passes (reported to the lead)",
-)
 def test_base_returned_after_its_views_matches_eager() -> None:
     compiled = torch.compile(base_after_its_views, backend=pv.backend("aot_eager", strict=True))
     assert_matches_eager(base_after_its_views, compiled, lambda: [_leaf(2, 3)])

@@ -23,20 +23,7 @@ UPSTREAM = [c for c in CASES if c.name.startswith(PREFIX)]
 
 # Cases where the prototype diverges from eager on a probe where stock matches eager, still open, per entry
 # point. Each entry must keep failing (strict xfail): once the engine is fixed, remove it.
-_CUSTOM_BACKWARD_DROPPED = "issue 9 class 1: a custom Function's backward is dropped"
-KNOWN_WORSE_THAN_STOCK: dict[str, dict[str, str]] = {
-    "backend": {},
-    "compile_function": {
-        # compile_function traces through autograd.Function.forward: every custom backward is lost.
-        "upstream_input_output_alias_custom_autograd_function": _CUSTOM_BACKWARD_DROPPED,
-        "upstream_custom_autograd": _CUSTOM_BACKWARD_DROPPED,
-        "upstream_backward_mutation_on_grad_out": _CUSTOM_BACKWARD_DROPPED,
-        "upstream_input_inplace_requires_grad_true": "requires_grad_() on an input inside the program is lost",
-        "upstream_some_output_requires_grad_input_doesnt": "requires_grad_() on a view inside the program is lost",
-        "upstream_set__and_data_mutation_good_no_grad": "AOTAutograd assertion: set_ plus a data mutation",
-        "upstream_inner_grad": "torch.autograd.grad inside the program: fake tensor assertion (Dynamo breaks)",
-    },
-}
+KNOWN_WORSE_THAN_STOCK: dict[str, dict[str, str]] = {"backend": {}, "compile_function": {}}
 ENTRY_POINTS = {
     "backend": prototype("aot_eager"),
     "compile_function": prototype_fn("aot_eager"),
