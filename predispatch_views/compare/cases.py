@@ -547,7 +547,7 @@ def unbind_then_detach(x: torch.Tensor) -> Any:
 @case(tensors(t(3, 4)))
 def alias_then_unbind(x: torch.Tensor) -> Any:
     y = x.mul(2)
-    return y.view_as(y).unbind(0), y.alias()
+    return y.view_as(y).unbind(0), torch.ops.aten.alias(y)
 
 
 @case(tensors(t(3, 4, dtype=torch.complex64)), fast=True)
