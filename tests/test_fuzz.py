@@ -12,12 +12,15 @@ import pytest
 import torch
 
 from predispatch_views.compare.fuzz import (
+    CRASH_WHERE_STOCK_RUNS,
+    WRONG_WHERE_STOCK_MATCHES,
     classify,
     failure_markdown,
     failure_predicate,
     fuzz,
     fuzz_strategies,
     run_program,
+    violated_rule,
 )
 from predispatch_views.compare.fuzz_program import Program, Stmt, generate, shrink
 from predispatch_views.compare.probes import SEED, Raised, first_difference
@@ -105,8 +108,12 @@ def _outputs_of(fn: Callable[..., Any], make: Callable[[torch.Generator], Any]) 
         return Raised.of(e)
 
 
-def test_shrinker_reduces_a_planted_failure_to_a_minimal_program() -> None:
-    """A fake strategy fails on every program containing ``zero_()``: the shrinker keeps that and little else."""
+@pytest.mark.parametrize("rule", [WRONG_WHERE_STOCK_MATCHES, CRASH_WHERE_STOCK_RUNS])
+def test_shrinker_reduces_a_planted_failure_to_a_minimal_program(rule: str) -> None:
+    """A fake strategy fails on every program containing ``zero_()``: the shrinker keeps that and little else.
+
+    Under the crash rule, the control diverges from eager (after the call) without crashing.
+    """
     marker = "zero_()"
 
     def planted(fn: Callable[..., Any], args: Any) -> Any:
@@ -120,7 +127,9 @@ def test_shrinker_reduces_a_planted_failure_to_a_minimal_program() -> None:
     )
     outcome = classify(run_program(program, eager()), run_program(program, fake))
     assert outcome.kind == "crash"
-    fails = failure_predicate(eager(), fake, eager(), outcome, eager_raises=False)
+    control = eager() if rule == WRONG_WHERE_STOCK_MATCHES else _fake("diverging", _extra_draw)
+    assert violated_rule(outcome, classify(run_program(program, eager()), run_program(program, control))) == rule
+    fails = failure_predicate(eager(), fake, control, outcome, eager_raises=False, rule=rule)
     shrunk, tried = shrink(program, fails, max_tests=200)
     assert fails(shrunk)
     assert len(shrunk.body) < len(program.body) and len(shrunk.outputs) == 1
