@@ -170,7 +170,12 @@ class StrategyResult:
         return "fallback" if self.fallbacks else self.outcome.kind
 
 
-# The two things the prototype must never do (issue 9's invariant); each failing program is shrunk under its rule.
+# Note [Fuzz rules]
+# The two things the prototype must never do (issue 9's invariant): differ from eager where stock matches eager,
+# and crash where stock does not. A third rule is diagnostics only (below). Each failing program is shrunk under
+# its rule, but the shrinker runs only forward and the failing probe: stock may then match on those probes where it
+# diverged on another, so a candidate keeps the failure when the rule still *breaks* (``breaks``), not when the
+# first rule ``violated_rule`` finds is the same.
 WRONG_WHERE_STOCK_MATCHES = "wrong where stock matches"
 CRASH_WHERE_STOCK_RUNS = "crash where stock runs"
 # Diagnostics, not the invariant: on a program where stock diverges too, some probe where the prototype differs
@@ -241,7 +246,7 @@ def failure_predicate(
         got = classify(ref, run_program(candidate, subject, probes))
         if got.kind != outcome.kind or got.probe != outcome.probe:
             return False
-        # A crash where stock runs on every probe may be one where stock matches on these: breaks(), not ==.
+        # See Note [Fuzz rules]: breaks(), not violated_rule() ==.
         return control is None or breaks(rule, got, classify(ref, run_program(candidate, control, probes)))
 
     return fails
