@@ -252,7 +252,7 @@ def failure_predicate(
     return fails
 
 
-def _wrong_on_a_probe(reference: Run, prototype: Run, stock: Run) -> Outcome | None:
+def wrong_on_a_probe(reference: Run, prototype: Run, stock: Run) -> Outcome | None:
     for name in reference.observations:
         outcome = classify(reference, prototype, [name])
         if outcome.kind != "match" and classify(reference, stock, [name]).kind == "match":
@@ -291,7 +291,7 @@ def fuzz(
             outcome = row[s.label].outcome
             rule = violated_rule(outcome, row[control].outcome)
             if rule is None:
-                outcome = _wrong_on_a_probe(runs[reference.label], runs[s.label], runs[control])
+                outcome = wrong_on_a_probe(runs[reference.label], runs[s.label], runs[control])
                 rule = None if outcome is None else WRONG_ON_A_PROBE
             if rule is None or outcome is None:
                 continue
