@@ -12,18 +12,23 @@ import pytest
 import torch
 
 from predispatch_views.compare.fuzz import (
+    CRASH_WHERE_STOCK_RUNS,
+    WRONG_ON_A_PROBE,
+    WRONG_WHERE_STOCK_MATCHES,
     classify,
     failure_markdown,
     failure_predicate,
     fuzz,
     fuzz_strategies,
     run_program,
+    violated_rule,
+    wrong_on_a_probe,
 )
 from predispatch_views.compare.fuzz_program import Program, Stmt, generate, shrink
 from predispatch_views.compare.probes import SEED, Raised, first_difference
 from predispatch_views.compare.strategies import Strategy, eager
 
-# The fixed-seed sample run by the default suite (about 2 s per program on an idle 2-core machine).
+# The fixed-seed sample run by the default suite (about 1 s of CPU per program: four strategies, every probe).
 SAMPLE_SEED = 20261202
 SAMPLE_SIZE = 14
 
@@ -73,7 +78,9 @@ def test_generated_programs_are_valid_by_construction() -> None:
         except RuntimeError as e:  # autograd's in-place checks: valid programs whose expected result is the error
             errors.append(str(e))
     assert ran >= 120
-    shape_errors = [e for e in errors if any(w in e for w in ("dimension", "Dimension", "shape", "size", "index"))]
+    deliberate = "storage offset 71"  # the generator's rare out-of-bounds as_strided
+    words = ("dimension", "Dimension", "shape", "size", "index")
+    shape_errors = [e for e in errors if any(w in e for w in words) and deliberate not in e]
     assert not shape_errors
 
 
@@ -105,8 +112,12 @@ def _outputs_of(fn: Callable[..., Any], make: Callable[[torch.Generator], Any]) 
         return Raised.of(e)
 
 
-def test_shrinker_reduces_a_planted_failure_to_a_minimal_program() -> None:
-    """A fake strategy fails on every program containing ``zero_()``: the shrinker keeps that and little else."""
+@pytest.mark.parametrize("rule", [WRONG_WHERE_STOCK_MATCHES, CRASH_WHERE_STOCK_RUNS])
+def test_shrinker_reduces_a_planted_failure_to_a_minimal_program(rule: str) -> None:
+    """A fake strategy fails on every program containing ``zero_()``: the shrinker keeps that and little else.
+
+    Under the crash rule, the control diverges from eager (after the call) without crashing.
+    """
     marker = "zero_()"
 
     def planted(fn: Callable[..., Any], args: Any) -> Any:
@@ -120,7 +131,9 @@ def test_shrinker_reduces_a_planted_failure_to_a_minimal_program() -> None:
     )
     outcome = classify(run_program(program, eager()), run_program(program, fake))
     assert outcome.kind == "crash"
-    fails = failure_predicate(eager(), fake, eager(), outcome, eager_raises=False)
+    control = eager() if rule == WRONG_WHERE_STOCK_MATCHES else _fake("diverging", _extra_draw)
+    assert violated_rule(outcome, classify(run_program(program, eager()), run_program(program, control))) == rule
+    fails = failure_predicate(eager(), fake, control, outcome, eager_raises=False, rule=rule)
     shrunk, tried = shrink(program, fails, max_tests=200)
     assert fails(shrunk)
     assert len(shrunk.body) < len(program.body) and len(shrunk.outputs) == 1
@@ -171,10 +184,22 @@ def test_fuzz_probes_see_planted_differences(wrap: Callable[..., Any], probe: st
     assert classify(reference, run_program(program, eager())).kind == "match"
 
 
+def testwrong_on_a_probe_finds_what_hides_behind_a_diverging_stock() -> None:
+    program = _program(["t0 = a.mul(2.0)", "t1 = t0[0]"], ("t1", "t1"))
+    reference = run_program(program, eager())
+    prototype = run_program(program, _fake("prototype", _extra_draw))
+    stock = run_program(program, _fake("stock", _second_output_a_view))
+    assert classify(reference, stock).kind == "divergence"
+    outcome = wrong_on_a_probe(reference, prototype, stock)
+    assert outcome is not None and outcome.probe == "after_call"
+    assert wrong_on_a_probe(reference, prototype, prototype) is None
+
+
 def test_fixed_seed_sample_prototype_never_wrong_where_stock_matches() -> None:
     """Issue 9's invariant on a fixed sample: no program where a prototype strategy diverges or crashes from eager
     while stock matches eager."""
     results = fuzz(SAMPLE_SIZE, SAMPLE_SEED, fuzz_strategies("aot_eager"), do_shrink=False)
     assert len(results.programs) == SAMPLE_SIZE
-    report = "\n".join(line for f in results.failures for line in failure_markdown(f))
-    assert not results.failures, report
+    broken = [f for f in results.failures if f.rule != WRONG_ON_A_PROBE]
+    report = "\n".join(line for f in broken for line in failure_markdown(f))
+    assert not broken, report

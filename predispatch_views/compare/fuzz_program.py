@@ -329,6 +329,8 @@ def _single_view(st: _State, under_no_grad: bool = False) -> bool:
         options.append((f"expand({', '.join(map(str, e))})", tuple(e), {"expanded": True}))
     if rng.random() < 0.1:
         options.append((f"as_strided({x.name}.size(), {x.name}.stride(), {x.name}.storage_offset())", s, {}))
+    elif rng.random() < 0.03:  # out of bounds: eager raises (issue 9, class 3 under no_grad)
+        options.append(("as_strided((2, 1), (3, 0), 71)", (2, 1), {}))
     op, shape, kw = rng.choice(options)
     out = _view_of(st, x, shape, **kw)
     sep = "" if op.startswith("[") else "."
@@ -495,9 +497,9 @@ MAKERS: list[tuple[Callable[[_State], bool], int]] = [
     (_mutation, 5),
     (_metadata_mutation, 2),
     (_detach, 1),
-    (_random, 2),
-    (_custom, 2),
-    (_alias_returning, 2),
+    (_random, 3),
+    (_custom, 3),
+    (_alias_returning, 3),
 ]
 
 
