@@ -131,10 +131,16 @@ def select_epilogue(
                     pull(i)
                 changed = True
 
+    no_grad = _under_no_grad(nodes, grad_enabled)
+
     def recomputable(n: fx.Node) -> bool:
-        """A mutation replayed in eager whose value the core can compute out of place for its own readers."""
+        """A mutation replayed in eager whose value the core can compute out of place for its own readers.
+
+        Not under no_grad: the in-place write keeps its target's autograd history, the out-of-place value would
+        not require grad.
+        """
         target = graph_ops.mutated_input(n)
-        if target is None or graph_ops.out_of_place(n.target) is None:
+        if target is None or graph_ops.out_of_place(n.target) is None or n in no_grad:
             return False
         if graph_ops.is_metadata_mutation(n):
             return True
@@ -178,6 +184,8 @@ def select_epilogue(
             externals.append(n)
     if (reason := _unreproduced_output_alias(nodes, epilogue, resolved, externals)) is not None:
         return Fallback(reason)
+    if (reason := _core_writes_through_a_view(nodes, root, epilogue, externals)) is not None:
+        return Fallback(reason)
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
 
 
@@ -208,6 +216,11 @@ def _unreproduced_output_alias(
                 "the epilogue can replay produces it"
             )
     return None
+
+
+def _numel(n: fx.Node) -> int | None:
+    value = n.meta.get("val")
+    return value.numel() if isinstance(value, torch.Tensor) else None
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -286,8 +299,8 @@ def _check_replay_order(
                 continue
             if not all(recomputable(m) for m in before):
                 return (
-                    f"{n.name} reads {i.name} after {before[0].name} mutated its base through a view, "
-                    "and that mutation must be replayed in eager"
+                    f"{n.name} reads {i.name} after {before[0].name} mutated its base (through a view, or under "
+                    "no_grad), and that mutation must be replayed in eager"
                 )
             if order[i] < order[before[-1]]:
                 return f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base"
@@ -378,6 +391,41 @@ def _requires_grad(
             if (target := graph_ops.mutated_input(n)) is not None:
                 out.add(target)
     return out
+
+
+def _under_no_grad(nodes: list[fx.Node], grad_enabled: bool) -> set[fx.Node]:
+    out: set[fx.Node] = set()
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+        elif not grad:
+            out.add(n)
+    return out
+
+
+def _core_writes_through_a_view(
+    nodes: list[fx.Node], root: dict[fx.Node, fx.Node], epilogue: set[fx.Node], externals: list[fx.Node]
+) -> str | None:
+    """A base the epilogue views must come back from the core as a plain output. Written inside the core through
+    a view that covers all of it (``y.view(shape).add_(1)``, ``y.reshape(shape).sin_()``), AOTAutograd returns it
+    as an alias regenerated inside its autograd.Function (CreationMeta IN_CUSTOM_FUNCTION; found by the fuzzer),
+    and eager's in-place writes to the replayed views of it would be refused. Writes through a partial view
+    (``y[0].add_(1)``) come back as plain outputs.
+    """
+    bases = {n for n in externals if any(u in epilogue for u in n.users)}
+    for m in nodes:
+        target = graph_ops.mutated_input(m)
+        if m in epilogue or target is None or not graph_ops.is_data_mutation(m):
+            continue
+        for base in bases:
+            through_view = graph_ops.is_view(target) or graph_ops.is_view_getitem(target)
+            if through_view and root.get(target) is root.get(base) and _numel(target) == _numel(base):
+                return (
+                    f"the compiled region writes to {base.name} through a view ({m.name}), and the epilogue views "
+                    f"{base.name}: AOTAutograd would return it as an alias of its own base"
+                )
+    return None
 
 
 def _grad_mode_changes_to_replay(

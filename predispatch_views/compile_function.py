@@ -41,10 +41,10 @@ import torch.utils._pytree as pytree
 from torch import fx, nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from . import graph_ops
+from . import analysis, graph_ops
 from .capture import FunctionCapture, UnsupportedCapture, capture_closure
 from .labels import LABEL_KEY, function_label
-from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured
+from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured, input_alias_groups
 
 log = logging.getLogger("predispatch_views")
 
@@ -181,6 +181,10 @@ def _compile(
     if rebound:
         return _eager(fn, f"the function rebinds {rebound} (a traced value would be kept)", strict, None)
 
+    if (mutation := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
+        what = f"{graph_ops.op_name(mutation)} of {graph_ops.mutated_input(mutation)}"
+        return _eager(fn, f"a metadata mutation of an input ({what}) inside the function", strict, None)
+
     entry = _Entry(out_spec=out_specs[0])
     entry.lifted = [_getter(t, owners, state) for t in capture.lifted]
     entry.lifted_key = _metadata_key(tensors + capture.lifted)
@@ -233,6 +237,30 @@ def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source
             sources.append(_FromProgram(first.setdefault(id(leaf), k)))
         k += 1
     return sources
+
+
+def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) -> fx.Node | None:
+    """``x.t_()``, ``x.unsqueeze_(1)`` on an input (or a view of one), followed by a differentiable op that may
+    save that input: AOTAutograd applies the mutation after the compiled region, so the saved input is at a newer
+    version than it saved, a backward error eager does not raise (found by the fuzzer). Under Dynamo the same
+    program graph-breaks at the mutation; here eager is the faithful answer.
+    """
+    nodes = list(gm.graph.nodes)
+    root = analysis._alias_roots(nodes, input_alias_groups(example))
+    requires_grad = analysis._requires_grad(nodes, torch.is_grad_enabled(), [t.requires_grad for t in example])
+    mutated: dict[fx.Node, fx.Node] = {}  # input root -> its first metadata mutation
+    for n in nodes:
+        if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n):
+            base = root.get(graph_ops.mutated_input(n))  # type: ignore[arg-type]
+            if base is not None and base.op == "placeholder":
+                mutated.setdefault(base, n)
+        elif (
+            n in requires_grad
+            and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n) or graph_ops.backward_reads_no_input(n))
+            and any(root.get(i) in mutated for i in n.all_input_nodes)
+        ):
+            return next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
+    return None
 
 
 def _returned_input(node: fx.Node) -> fx.Node | None:

@@ -34,14 +34,16 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "changes a tensor's storage",
     ),
     FallbackReason(
-        "compiled code that reads a base after a mutation through one of its views that must be replayed in eager",
-        "`<node> reads <alias> after <mutation> mutated its base through a view, and that mutation must be "
+        "compiled code that reads a base after a mutation that must be replayed in eager and that the core cannot "
+        "recompute out of place (a write through a view, or under no_grad)",
+        "`<node> reads <alias> after <mutation> mutated its base (through a view, or under no_grad), and that "
+        "mutation must be "
         "replayed in eager`",
         "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
-        "recompute (it would need a scatter). Fixable by cutting the program into several core/epilogue segments "
-        "(not done).",
+        "recompute (it would need a scatter), and an out-of-place form of a no_grad write would lose its target's "
+        "autograd history. Fixable by cutting the program into several core/epilogue segments (not done).",
         "analysis.py",
-        "mutated its base through a view",
+        "mutated its base (through a view, or under",
     ),
     FallbackReason(
         "compiled code that reads an alias taken before a mutation replayed in eager",
@@ -75,6 +77,16 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "bump the version of a tensor the compiled backward checks, an error eager does not raise.",
         "analysis.py",
         "of the compiled region may save it",
+    ),
+    FallbackReason(
+        "a base the epilogue views that the compiled region writes through a view covering all of it",
+        "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views <base>: "
+        "AOTAutograd would return it as an alias of its own base`",
+        "AOTAutograd returns such a base as an alias regenerated inside its autograd.Function (CreationMeta "
+        "IN_CUSTOM_FUNCTION), so eager's in-place writes to the replayed views would be refused (found by the "
+        "fuzzer).",
+        "analysis.py",
+        "AOTAutograd would return it as an alias of its own base",
     ),
     FallbackReason(
         "an output that aliases an input or another output in the trace but that no replayable view call produces",
@@ -152,6 +164,14 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "as for the Dynamo path: the region would be compiled with autograd on.",
         "capture.py",
         "an inference_mode region inside the function",
+    ),
+    FallbackReason(
+        "compile_function only: a metadata mutation (`t_`, `unsqueeze_`...) of an input",
+        "`a metadata mutation of an input (<op> of <input>) inside the function`",
+        "AOTAutograd applies it after the compiled region, bumping the version of inputs the region saved for "
+        "backward after that point; Dynamo graph-breaks at the same call.",
+        "compile_function.py",
+        "a metadata mutation of an input",
     ),
     FallbackReason(
         "compile_function only: a function that rebinds a parameter or buffer of its module",
