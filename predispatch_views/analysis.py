@@ -302,7 +302,7 @@ def _check_replay_order(
                     f"{n.name} reads {i.name} after {before[0].name} mutated its base (through a view, or under "
                     "no_grad), and that mutation must be replayed in eager"
                 )
-            if order[i] < order[before[-1]]:
+            if _taken_at(i, order) < order[before[-1]]:  # through views taken earlier too (found by the fuzzer)
                 return f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base"
     return None
 
@@ -323,9 +323,7 @@ def _unreplayable_mutation(
                 f"{m.name} ({graph_ops.op_name(m)}) draws random numbers after a view is taken; replayed after the "
                 "compiled region it would draw again, in another order"
             )
-        base = root[m]
-        if not graph_ops.is_data_mutation(m):
-            continue
+        base = root[m]  # a metadata mutation bumps the version counter too
         if (reader := _may_save(nodes, base, root, epilogue, duplicated, requires_grad)) is not None:
             what = "graph input" if base.op == "placeholder" else "intermediate"
             return (
@@ -358,7 +356,10 @@ def _may_save(
             continue
         reached.add(n)
         if n in requires_grad and not (
-            graph_ops.is_view(n) or graph_ops.is_view_getitem(n) or graph_ops.backward_reads_no_input(n)
+            graph_ops.is_view(n)
+            or graph_ops.is_view_getitem(n)
+            or graph_ops.is_metadata_mutation(n)  # a view, in place
+            or graph_ops.backward_reads_no_input(n)
         ):
             return n
     return None
@@ -426,6 +427,16 @@ def _core_writes_through_a_view(
                     f"{base.name}: AOTAutograd would return it as an alias of its own base"
                 )
     return None
+
+
+def _taken_at(n: fx.Node, order: dict[fx.Node, int]) -> int:
+    """Where the value ``n`` reads was taken: the earliest of ``n`` and the views it is derived from, down to the
+    value they view (a view of ``t1 = t0[0]`` made after ``t0.copy_(a)`` still sees ``t0``'s old value)."""
+    taken = order[n]
+    while (graph_ops.is_view(n) or graph_ops.is_view_getitem(n)) and isinstance(n.args[0], fx.Node):
+        n = n.args[0]
+        taken = min(taken, order[n])
+    return taken
 
 
 def _grad_mode_changes_to_replay(

@@ -119,6 +119,42 @@ class DropoutHead(nn.Module):  # class 6, as the issue found it: eval-mode dropo
         return self.drop(self.lin(x)[:, 0])
 
 
+def view_taken_before_base_write_read_by_core(a: torch.Tensor) -> Any:  # fuzzer F9: silent wrong value
+    t0 = a.mul(2.0)
+    t1 = t0[0]
+    t0.copy_(a)
+    t4 = t1.expand(3)
+    return (t4, t4.sin())
+
+
+def two_writes_then_saving_read(a: torch.Tensor) -> Any:  # fuzzer F10: spurious backward error
+    t0 = a.mul(2.0)
+    t0.sin_()
+    t0.sin_()
+    return (t0.cos(), t0[0])
+
+
+def metadata_write_then_saving_read(a: torch.Tensor) -> Any:  # fuzzer F12: spurious backward error
+    t0 = a.sum(1)
+    t0.unsqueeze_(1)
+    t3 = t0.diagonal()
+    return (t3.cos(), t3)
+
+
+def base_written_through_full_view(b: torch.Tensor) -> Any:  # fuzzer: IN_CUSTOM_FUNCTION base, refused write
+    t3 = b.cos()
+    t3.reshape(t3.shape).sin_()
+    return (t3[:, 0:1],)
+
+
+def no_grad_write_read_by_core(a: torch.Tensor) -> Any:  # fuzzer: the recomputed value lost requires_grad
+    t2 = a.view(-1) * a
+    t3 = t2.detach()
+    with torch.no_grad():
+        t2.zero_()
+    return (t3.unsqueeze(1), t2.clone())
+
+
 def _rg(*shape: int) -> Callable[[], list[torch.Tensor]]:
     return lambda: [torch.arange(float(torch.Size(shape).numel())).reshape(shape).div(7).requires_grad_(True)]
 
@@ -140,6 +176,15 @@ REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], st
         _rg(3, 2),
         "may save it, or a value computed from it, for backward",
     ),
+    "view_taken_before_base_write_read_by_core": (
+        view_taken_before_base_write_read_by_core,
+        lambda: [torch.ones(2)],
+        "an alias taken before",
+    ),
+    "two_writes_then_saving_read": (two_writes_then_saving_read, _rg(2, 3), "for backward"),
+    "metadata_write_then_saving_read": (metadata_write_then_saving_read, _rg(3, 2), "for backward"),
+    "base_written_through_full_view": (base_written_through_full_view, _rg(2, 1), "alias of its own base"),
+    "no_grad_write_read_by_core": (no_grad_write_read_by_core, _rg_nonleaf(3), "under no_grad"),
     "dropout_eval_of_a_view": (dropout_eval_of_a_view, _rg(3, 4), None),
     "dropout_p0_of_a_view": (dropout_p0_of_a_view, _rg(3, 4), None),
     "type_as_same_dtype": (type_as_same_dtype, _rg(3, 4), None),
