@@ -17,7 +17,7 @@ from predispatch_views.compare import parity
 from predispatch_views.compare.cases import CASES, by_name, select_cases
 from predispatch_views.compare.cases_upstream import PREFIX as UPSTREAM_PREFIX
 from predispatch_views.compare.probes import PROBES, SEED, Raised, describe, first_difference
-from predispatch_views.compare.strategies import all_strategies, eager, prototype, stock
+from predispatch_views.compare.strategies import eager, parity_strategies, prototype, stock
 
 FAST = [c.name for c in select_cases(fast_only=True)]
 
@@ -115,7 +115,7 @@ def test_section_writes_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert "unbind_dim0 / stock[aot_eager] /" not in printed
     assert (tmp_path / "parity.md").read_text() == markdown
     rows = list(csv.DictReader((tmp_path / "parity.csv").open()))
-    assert len(rows) == len(all_strategies(("aot_eager",))) * len(PROBES)  # one case x strategies x probes
+    assert len(rows) == len(parity_strategies(("aot_eager",))) * len(PROBES)  # one case x strategies x probes
     stock_mutation = next(r for r in rows if r["strategy"] == "stock" and r["probe"] == "mutate_output")
     assert stock_mutation["status"] == "diverge"
     assert "| stock[aot_eager] |" in markdown

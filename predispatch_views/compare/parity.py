@@ -30,7 +30,7 @@ from . import report
 from .cases import Case, by_name, select_cases
 from .cases_upstream import PREFIX as UPSTREAM_PREFIX
 from .probes import PROBES, Raised, Subject, attempt, autograd_nodes, first_difference
-from .strategies import Strategy, all_strategies
+from .strategies import Strategy, parity_strategies
 
 # --quick: every case under aot_eager; inductor (slow to compile on 2 CPUs) only on these. unbind_then_detach
 # is there because it diverges under inductor only (outputs that alias without being views).
@@ -139,7 +139,7 @@ _NOT_RUN = "<not run>"
 def _run_case_group(case_name: str, labels: Sequence[str], inners: tuple[str, ...], device: str) -> list[_Record]:
     """One case under several strategies; runs in a worker process, so it takes and returns names."""
     case = by_name(case_name)
-    strategies = {s.label: s for s in all_strategies(inners)}
+    strategies = {s.label: s for s in parity_strategies(inners)}
     eager = next(s for s in strategies.values() if s.inner is None)
     built = attempt(lambda: eager.make(case.program(device)))
     if isinstance(built, Raised):
@@ -254,7 +254,7 @@ def plan(args: argparse.Namespace) -> tuple[list[Case], list[Strategy], dict[str
     """Cases, strategies, and per-strategy case restrictions for the CLI's arguments."""
     inners = tuple(args.inners)
     cases = select_cases(slow=bool(getattr(args, "slow", False)), pattern=getattr(args, "cases", None))
-    strategies = all_strategies(inners)
+    strategies = parity_strategies(inners)
     only: dict[str, set[str]] = {}
     if getattr(args, "quick", False):
         # The ported upstream programs are many and mostly repeat the library's patterns: --quick keeps their

@@ -126,6 +126,14 @@ def all_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
     return out
 
 
+def parity_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
+    """The parity table's strategies: every one above, and compile_function beside the backend (issue 10)."""
+    out = all_strategies(inners)
+    for inner in inners:
+        out.insert(next(i for i, s in enumerate(out) if s.label == f"prototype[{inner}]") + 1, prototype_fn(inner))
+    return out
+
+
 def by_label(label: str) -> Strategy:
     for s in [*all_strategies(), *(prototype_fn(inner) for inner in INNERS)]:
         if s.label == label:
