@@ -18,17 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import predispatch_views as pv
+from predispatch_views.compare.fuzz_program import ReturnsInput
 from tests.parity_utils import assert_same, observe, outcome
-
-
-class ReturnsInput(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-        return g * 0.5
 
 
 def custom_function_returns_input(x: torch.Tensor) -> Any:  # class 1
