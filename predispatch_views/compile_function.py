@@ -121,7 +121,10 @@ def compile_function(
             if lifted is None or (lifted and _metadata_key(tensors + lifted) != entry.lifted_key):
                 entry = None
         if entry is None:
-            entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict)
+            # Tracing and compiling must not draw from the caller's RNG (found by the fuzzer: the first call's
+            # random ops differed from eager's).
+            with torch.random.fork_rng(devices=[]):
+                entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict)
             lifted = entry.lifted_tensors()
         if entry.eager_reason is not None:
             return fn(*args, **kwargs)

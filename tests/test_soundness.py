@@ -301,3 +301,19 @@ def test_grad_mode_restored_when_a_replayed_view_raises(entry: str) -> None:
         assert str(eager_error.value).splitlines()[0] in str(compiled_error.value)
     finally:
         torch.set_grad_enabled(True)
+
+
+def test_compiling_does_not_draw_from_the_callers_rng() -> None:
+    """Found by the fuzzer: compile_function's first call drew random numbers while compiling."""
+
+    def program(a: torch.Tensor, b: torch.Tensor) -> Any:
+        t1 = torch.rand((1, 3)) @ torch.rand((3, 1))
+        t1.sin_()
+        return (t1.t(),)
+
+    torch.manual_seed(0)
+    expected = program(torch.zeros(2), torch.zeros(2))[0]
+    compiled = pv.compile_function(program, inner="aot_eager")
+    for _ in range(2):  # the first call compiles, the second reuses
+        torch.manual_seed(0)
+        torch.testing.assert_close(compiled(torch.zeros(2), torch.zeros(2))[0], expected)
