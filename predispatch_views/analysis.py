@@ -430,13 +430,18 @@ def _core_writes_through_a_view(
 
 
 def _taken_at(n: fx.Node, order: dict[fx.Node, int]) -> int:
-    """Where the value ``n`` reads was taken: the earliest of ``n`` and the views it is derived from, down to the
-    value they view (a view of ``t1 = t0[0]`` made after ``t0.copy_(a)`` still sees ``t0``'s old value)."""
+    """Where the value ``n`` reads was taken: the earliest of ``n`` and the views (and in-place view changes) it
+    is derived from, down to the value they view (a view of ``t1 = t0[0]`` made after ``t0.copy_(a)`` still sees
+    ``t0``'s old value)."""
     taken = order[n]
-    while (graph_ops.is_view(n) or graph_ops.is_view_getitem(n)) and isinstance(n.args[0], fx.Node):
-        n = n.args[0]
+    while True:
+        if graph_ops.is_metadata_mutation(n):  # ``t3.unsqueeze_(2)`` is still the view ``t3``
+            n = graph_ops.mutated_input(n)  # type: ignore[assignment]
+        elif (graph_ops.is_view(n) or graph_ops.is_view_getitem(n)) and isinstance(n.args[0], fx.Node):
+            n = n.args[0]
+        else:
+            return taken
         taken = min(taken, order[n])
-    return taken
 
 
 def _grad_mode_changes_to_replay(

@@ -146,6 +146,14 @@ def no_grad_write_read_by_core(a: torch.Tensor) -> Any:  # fuzzer: the recompute
     return (t3.unsqueeze(1), t2.clone())
 
 
+def view_reshaped_in_place_after_base_write(a: torch.Tensor) -> Any:  # fuzzer s22_565: silent wrong value
+    t1 = a.narrow(0, 3, 1)
+    a.mul_(-1.0)
+    t3 = t1.unsqueeze(0)
+    t3.unsqueeze_(2)
+    return (t3, t3.sum(1))
+
+
 def _rg(*shape: int) -> Callable[[], list[torch.Tensor]]:
     return lambda: [torch.arange(float(torch.Size(shape).numel())).reshape(shape).div(7).requires_grad_(True)]
 
@@ -176,6 +184,11 @@ REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], st
     "metadata_write_then_saving_read": (metadata_write_then_saving_read, _rg(3, 2), "for backward"),
     "base_written_through_full_view": (base_written_through_full_view, _rg(2, 1), "alias of its own base"),
     "no_grad_write_read_by_core": (no_grad_write_read_by_core, _rg_nonleaf(3), "under no_grad"),
+    "view_reshaped_in_place_after_base_write": (
+        view_reshaped_in_place_after_base_write,
+        _rg_nonleaf(4, 1),
+        "an alias taken before",
+    ),
     "dropout_eval_of_a_view": (dropout_eval_of_a_view, _rg(3, 4), None),
     "dropout_p0_of_a_view": (dropout_p0_of_a_view, _rg(3, 4), None),
     "type_as_same_dtype": (type_as_same_dtype, _rg(3, 4), None),
