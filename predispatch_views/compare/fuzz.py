@@ -16,11 +16,12 @@ outputs deleted while the prototype still fails the same way and stock still mat
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,22 +374,23 @@ def markdown(results: FuzzResults) -> str:
         "| strategy | " + " | ".join(COLUMNS) + " |",
         "|---|" + "---:|" * len(COLUMNS),
     ]
-    for label, counts in summary(results).items():
-        lines.append(f"| {label} | " + " | ".join(str(counts[c]) for c in COLUMNS) + " |")
-    reasons: dict[str, int] = {}
-    for _, row in results.programs:
-        for r in row.values():
-            for reason in dict.fromkeys(r.fallbacks):
-                reasons[reason] = reasons.get(reason, 0) + 1
-    if reasons:
-        lines += ["", "Fallback reasons (programs x strategies):", ""]
-        lines += [f"- {count} x {reason}" for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    lines += table_lines(summary(results), (r.fallbacks for _, row in results.programs for r in row.values()))
     for rule in (WRONG_WHERE_STOCK_MATCHES, CRASH_WHERE_STOCK_RUNS, WRONG_ON_A_PROBE):
         failures = [f for f in results.failures if f.rule == rule]
         lines += ["", f"### Prototype {rule}: {len(failures)}", ""]
         for f in failures:
             lines += failure_markdown(f)
     return "\n".join(lines) + "\n"
+
+
+def table_lines(counts: dict[str, dict[str, int]], fallbacks: Iterable[Sequence[str]]) -> list[str]:
+    """The summary table's rows, then how often each fallback reason was logged (once per program and strategy)."""
+    lines = [f"| {label} | " + " | ".join(str(c[k]) for k in COLUMNS) + " |" for label, c in counts.items()]
+    reasons = collections.Counter(reason for reasons in fallbacks for reason in dict.fromkeys(reasons))
+    if reasons:
+        lines += ["", "Fallback reasons (programs x strategies):", ""]
+        lines += [f"- {count} x {reason}" for reason, count in reasons.most_common()]
+    return lines
 
 
 def failure_markdown(f: Failure) -> list[str]:

@@ -29,6 +29,7 @@ from .fuzz import (
     failure_markdown,
     fuzz,
     fuzz_strategies,
+    table_lines,
     violated_rule,
 )
 from .strategies import Strategy, eager
@@ -208,16 +209,7 @@ def markdown(rows: list[dict[str, Any]], labels: list[str], seeds: Sequence[int]
         "| strategy | " + " | ".join(COLUMNS) + " |",
         "|---|" + "---:|" * len(COLUMNS),
     ]
-    for label, counts in summary(rows, labels).items():
-        lines.append(f"| {label} | " + " | ".join(str(counts[c]) for c in COLUMNS) + " |")
-    reasons: dict[str, int] = {}
-    for row in rows:
-        for r in row["strategies"].values():
-            for reason in r["fallbacks"]:
-                reasons[reason] = reasons.get(reason, 0) + 1
-    if reasons:
-        lines += ["", "Fallback reasons (programs x strategies):", ""]
-        lines += [f"- {count} x {reason}" for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    lines += table_lines(summary(rows, labels), (r["fallbacks"] for row in rows for r in row["strategies"].values()))
     if died:
         lines += [
             "",
