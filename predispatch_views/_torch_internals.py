@@ -75,6 +75,7 @@ __all__ = [
     "has_data_mutation",
     "inductor_compile_fx",
     "inductor_wrapper_class",
+    "is_restricted_view",
     "lookup_backend",
     "make_fx",
     "multi_output_view_optimization_disabled",
@@ -106,6 +107,13 @@ def fakify_like_dynamo(t: torch.Tensor, fake_mode: FakeTensorMode) -> torch.Tens
         symbolic_context = tracing_context.tensor_to_context[t]
         source = symbolic_context.tensor_source
     return fake_mode.from_tensor(t, symbolic_context=symbolic_context, source=source, trace=False)
+
+
+def is_restricted_view(t: torch.Tensor) -> bool:
+    """A view autograd forbids rebasing (multi-output, no_grad, custom Function, inference mode views): after an
+    alias of it is written, reading its ``grad_fn`` raises."""
+    meta = torch._C._autograd
+    return t._is_view() and meta._get_creation_meta(t) != meta.CreationMeta.DEFAULT
 
 
 def register_backend_once(fn: Callable[..., Any], name: str) -> None:

@@ -16,9 +16,11 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch import fx
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
 from . import _torch_internals as ti
+from . import graph_ops
 
 
 def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
@@ -51,6 +53,45 @@ def capture_limitation(gm: fx.GraphModule) -> str | None:
         if n.target is ti.AUTOGRAD_FUNCTION_APPLY:
             return "a custom autograd.Function (pre-dispatch tracing inlines its forward and drops its backward)"
     return None
+
+
+def written_inputs(gm: fx.GraphModule) -> list[int]:
+    """Positions of the graph's inputs whose storage an in-place call writes, through any alias.
+
+    For Dynamo's graph (torch-level calls, example values in ``example_value``) and for a pre-dispatch capture
+    (ATen calls, ``val``); both keep the real tensors' storage sharing among their example values.
+    """
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    storage = {i: _storage(_example(p)) for i, p in enumerate(placeholders)}
+    written = set()
+    for n in gm.graph.nodes:
+        for target in _written_args(n):
+            s = _storage(_example(target)) if isinstance(target, fx.Node) else None
+            written |= {i for i, si in storage.items() if s is not None and si == s}
+    return sorted(written)
+
+
+def _example(n: fx.Node) -> Any:
+    return n.meta.get("example_value", n.meta.get("val"))
+
+
+def _written_args(n: fx.Node) -> list[Any]:
+    if isinstance(n.target, torch._ops.OpOverload):
+        return [target] if (target := graph_ops.mutated_input(n)) is not None else []
+    name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
+    if n.op not in ("call_method", "call_function") or not isinstance(name, str) or not n.args:
+        return []
+    written = list(fx.node.map_aggregate(n.kwargs.get("out"), lambda a: a) or ()) if "out" in n.kwargs else []
+    if (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE_OPERATORS or n.kwargs.get("inplace"):
+        written.append(n.args[0])
+    return written
+
+
+_IN_PLACE_OPERATORS = {"setitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior"}
+
+
+def _storage(value: Any) -> StorageWeakRef | None:
+    return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
 
 
 def _fake_of(placeholder: fx.Node, example: Any, fake_mode: ti.FakeTensorMode | None) -> Any:

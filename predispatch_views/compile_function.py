@@ -18,13 +18,16 @@ tensor returned twice is one object. Inputs the function does not use are not in
 (their ``.grad`` stays None, as in eager).
 
 Note [compile_function falls back to eager]
-There is no Dynamo graph to give stock AOTAutograd when the capture itself is unfaithful, so a function the
-trace cannot record faithfully (Note [What the trace cannot record]: custom autograd.Functions, requires_grad_,
-hooks, a backward pass inside), one that fails to trace or whose compilation fails (AOTAutograd runs the
-backward while tracing and raises eager's *backward* error in forward), runs eagerly: eager's behaviour
-exactly, with the reason logged and kept in FALLBACKS. Programs that capture but cannot be replayed (``resize_``...)
-still go to stock AOTAutograd on the captured graph, as with the backend. ``strict=True`` raises instead:
-StrictModeError with the reason, or the trace's or the compiler's own error.
+A function the prototype cannot compile faithfully runs eagerly: eager's behaviour exactly, with the reason
+logged and kept in FALLBACKS. That covers a function the trace cannot record faithfully (Note [What the trace
+cannot record]: custom autograd.Functions, requires_grad_, hooks, a backward pass inside), one that fails to
+trace or whose compilation fails (AOTAutograd runs the backward while tracing and raises eager's *backward*
+error in forward), and one the pipeline will not replay (``resize_``, a random in-place op after the views...).
+The backend hands the last kind to stock AOTAutograd through Dynamo, which graph-breaks where it must; stock
+AOTAutograd on the whole captured function has no graph breaks, and the fuzzer found it crashing or silently
+wrong where Dynamo's stock is right (aliased inputs written in place, random ops, metadata mutations), so
+eager is the faithful answer. ``strict=True`` raises instead: StrictModeError with the reason, or the trace's
+or the compiler's own error.
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ import torch.utils._pytree as pytree
 from torch import fx, nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from . import _torch_internals as ti
 from . import analysis, graph_ops
-from .capture import FunctionCapture, UnsupportedCapture, capture_closure
+from .capture import FunctionCapture, UnsupportedCapture, capture_closure, written_inputs
 from .labels import LABEL_KEY, function_label
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured, input_alias_groups
+from .runtime import restricted_view_aliasing
 
 log = logging.getLogger("predispatch_views")
 
@@ -195,12 +200,20 @@ def _compile(
     entry.used = _prune_unused_inputs(capture.graph)
     example = [(tensors + capture.lifted)[i] for i in entry.used]
     capture.graph.meta[LABEL_KEY] = function_label(fn)
+    if (k := restricted_view_aliasing(example, written_inputs(capture.graph))) is not None:
+        reason = (
+            f"input {entry.used[k]} is a view autograd forbids rebasing, and the function writes an alias of it (Note "
+            "[A restricted view aliased by a write] in runtime.py)"
+        )
+        return _eager(fn, reason, strict, None)
     try:
-        entry.program = compile_captured(capture.graph, example, inner, strict=strict)
+        entry.program = compile_captured(capture.graph, example, inner, strict=strict, stock_fallback=False)
     except StrictModeError:
         raise
     except Exception as e:
         return _eager(fn, f"compiling the captured graph failed: {type(e).__name__}: {e}", strict, e)
+    if entry.program.fallback_reason is not None:
+        return _eager(fn, entry.program.fallback_reason, strict, None)
     return entry
 
 
@@ -381,6 +394,7 @@ def _metadata_key(flat: list[Any]) -> tuple[Hashable, ...]:
                     a.layout,
                     a.requires_grad,
                     a.is_leaf,
+                    a._is_view() and ti.is_restricted_view(a),
                     storage,
                 )
             )

@@ -188,6 +188,24 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "compiling the captured graph failed",
     ),
     FallbackReason(
+        "a graph given a view autograd forbids rebasing (a multi-output or no_grad view) that writes an alias of "
+        "it: that call runs the graph uncompiled",
+        "`input <k> is a view autograd forbids rebasing, and the graph writes an alias of it: the graph runs "
+        "uncompiled for such calls`",
+        "AOTAutograd's autograd.Function reads every input's grad_fn around a forward that holds the write, so it "
+        "raises eager's lazy view+inplace error where eager does not (stock too, given the prototype's faithful "
+        "views after a graph break); Note [A restricted view aliased by a write] in runtime.py.",
+        "pipeline.py",
+        "runs uncompiled for such calls",
+    ),
+    FallbackReason(
+        "compile_function only: the same, for the function's own inputs (it runs eagerly)",
+        "`input <k> is a view autograd forbids rebasing, and the function writes an alias of it`",
+        "as above; the trace is keyed on which inputs are such views, so other calls still compile.",
+        "compile_function.py",
+        "the function writes an alias of it",
+    ),
+    FallbackReason(
         "an internal error of the pipeline",
         "`internal error in the view-replay pipeline: ...`",
         "any exception in selection, functionalization or slicing: an engine limitation must never break a "

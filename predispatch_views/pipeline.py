@@ -38,7 +38,7 @@ from . import _torch_internals as ti
 from .analysis import EpilogueSelection, Fallback, select_epilogue
 from .functionalize import functionalize_preserving_views
 from .labels import graph_label
-from .runtime import build_runtime
+from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
 from .slicing import SlicedProgram, slice_graph
 
 log = logging.getLogger("predispatch_views")
@@ -97,15 +97,21 @@ def compile_captured(
     fallback_graph: fx.GraphModule | None = None,
     strict: bool = False,
     compile_core: bool = True,
+    stock_fallback: bool = True,
 ) -> CompiledProgram:
-    """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture)."""
+    """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture).
+
+    ``stock_fallback=False``: a program that cannot be replayed comes back with its ``fallback_reason`` and no
+    ``run``, neither compiled by stock nor logged (compile_function runs such a function eagerly and logs that).
+    """
     inner_fn = resolve_inner(inner)
     result = CompiledProgram(run=_unset, pre_dispatch=pre_dispatch)
     reason: str | None = None
+    grad_enabled = torch.is_grad_enabled()
     try:
         selection = select_epilogue(
             pre_dispatch,
-            grad_enabled=torch.is_grad_enabled(),
+            grad_enabled=grad_enabled,
             input_alias_groups=input_alias_groups(example_inputs),
             input_requires_grad=[isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs],
         )
@@ -118,7 +124,11 @@ def compile_captured(
             result.sliced = slice_graph(functionalized.executable)
     except Exception as e:  # an engine limitation must never break a program stock compiles
         reason = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
+    finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
+        torch._C._set_grad_enabled(grad_enabled)
     if reason is not None:  # outside the try: stock's own compile errors are the user's, not ours
+        if not stock_fallback:
+            return _no_fall_back(result, reason, strict)
         return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
 
     core = None
@@ -126,9 +136,12 @@ def compile_captured(
         try:
             core = inner_fn(result.sliced.core, list(example_inputs))
         except Exception as e:
+            torch._C._set_grad_enabled(grad_enabled)
             # The core is not the user's program: it returns bases the program only viewed (perhaps under
             # no_grad), so AOTAutograd can trace a backward the program never asks for. Stock decides.
             reason = f"compiling the core raised {type(e).__name__}: {_first_line(e)}"
+            if not stock_fallback:
+                return _no_fall_back(result, reason, strict)
             return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
     result.run = build_runtime(result.sliced, core)
     result.epilogue_source = result.run.source
@@ -139,6 +152,31 @@ def compile_dynamo_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
     """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its fake inputs."""
+    from .capture import written_inputs
+
+    program = _compile_dynamo_graph(gm, example_inputs, inner, strict=strict)
+    if written := written_inputs(gm):
+        logged: set[int] = set()
+
+        def on_use(k: int) -> None:
+            reason = (
+                f"input {k} is a view autograd forbids rebasing, and the graph writes an alias of it: the graph "
+                "runs uncompiled for such calls (Note [A restricted view aliased by a write])"
+            )
+            if strict:
+                raise StrictModeError(reason)
+            if k not in logged:
+                logged.add(k)
+                log.info("%s [in %s]", reason, graph_label(gm))
+                FALLBACKS.append((graph_label(gm), reason))
+
+        program.run = uncompiled_when_a_restricted_view_is_written(program.run, gm, written, on_use)
+    return program
+
+
+def _compile_dynamo_graph(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
+) -> CompiledProgram:
     from .capture import capture_graph_module, capture_limitation
 
     if not _may_return_views(gm):
@@ -207,6 +245,13 @@ def _fall_back(
     FALLBACKS.append((label, reason))
     result.fallback_reason = reason
     result.run = inner_fn(graph, list(example_inputs))
+    return result
+
+
+def _no_fall_back(result: CompiledProgram, reason: str, strict: bool) -> CompiledProgram:
+    if strict:
+        raise StrictModeError(reason)
+    result.fallback_reason = reason
     return result
 
 

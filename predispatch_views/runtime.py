@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
+from . import _torch_internals as ti
 from .graph_ops import is_grad_mode_change
 from .slicing import SlicedProgram
 
@@ -158,3 +160,51 @@ def build_runtime(sliced: SlicedProgram, compiled_core: Callable[..., Any] | Non
     run = scope["run"]
     run.source = source  # for explain() and debugging
     return run
+
+
+# Note [A restricted view aliased by a write]
+# A view autograd forbids rebasing (a multi-output view such as an ``unbind`` output, a view made under no_grad...)
+# raises eager's lazy error ("Output 2 of Split is a view and its base ... has been modified inplace") when its
+# ``grad_fn`` is read after an alias of it was written. Eager reads it only where the program uses the view
+# after the write. A compiled graph that takes such a view as an input and writes an alias of it reads it late:
+# AOTAutograd's autograd.Function reads every input's grad_fn around its forward, which holds the write, so the
+# graph raises where eager does not (stock too, given the same inputs: stock's own outputs are not views, so
+# stock never hands them over; the prototype's are, and a graph break hands them to the next graph -- found by
+# the fuzzer, s21_14). Such a call runs the graph uncompiled: eager's ops in eager's order.
+
+
+def uncompiled_when_a_restricted_view_is_written(
+    compiled: Callable[..., Any],
+    gm: fx.GraphModule,
+    written: list[int],
+    on_use: Callable[[int], None],
+) -> Callable[..., Any]:
+    """``compiled``, or ``gm`` run eagerly (after ``on_use(k)``) for calls where input ``k`` is a restricted
+    view requiring grad that shares storage with a written input; see Note [A restricted view aliased by a
+    write]."""
+
+    def run(*args: Any) -> Any:  # Dynamo calls a backend's result with positional inputs
+        k = restricted_view_aliasing(args, written)
+        if k is None:
+            return compiled(*args)
+        on_use(k)
+        grad_enabled = torch.is_grad_enabled()
+        try:
+            return gm(*args)
+        finally:  # Dynamo's graph toggles grad mode without try/finally; eager's ``with`` blocks restore it
+            torch._C._set_grad_enabled(grad_enabled)
+
+    return run
+
+
+def restricted_view_aliasing(args: Any, written: list[int]) -> int | None:
+    """The position of an input that is a restricted view requiring grad and shares storage with a written input."""
+    candidates = [
+        k
+        for k, t in enumerate(args)
+        if isinstance(t, torch.Tensor) and t.requires_grad and t._is_view() and ti.is_restricted_view(t)
+    ]
+    if not candidates:
+        return None
+    storages = {StorageWeakRef(args[i].untyped_storage()) for i in written if isinstance(args[i], torch.Tensor)}
+    return next((k for k in candidates if StorageWeakRef(args[k].untyped_storage()) in storages), None)

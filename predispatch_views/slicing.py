@@ -4,6 +4,14 @@ A pure function, like JAX's partial evaluation into known and residual parts: no
 functionalize.py form the epilogue; everything else is the core. The core returns exactly the values the
 epilogue or the program's outputs read from it (the bases of the aliased outputs and the plain outputs); graph
 inputs are never routed through the core, the epilogue reads them directly.
+
+Note [A base the epilogue only detaches]
+A core value that the epilogue reads only through ``detach()`` (``return t.sin(), (b @ b.t()).detach()``)
+carries no gradient in eager: nothing differentiates through it, so eager's ``b.grad`` stays None when the
+other outputs do not use ``b``. Returned as it is, the core output would require grad, AOTAutograd would give
+it a (zero) tangent, and the compiled backward would write zeros into ``b.grad``. The core returns
+``detach(value)`` instead: it aliases the value as eager's detach does, needs no tangent, and the epilogue's
+own ``detach`` of it is eager's result (found by the fuzzer, s21_752).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import fx
 
 from .functionalize import EPILOGUE_TAG
@@ -57,7 +66,7 @@ def slice_graph(functional: fx.GraphModule) -> SlicedProgram:
     for n in nodes:
         if n is not output and not is_epilogue[n]:
             env[n] = core_graph.node_copy(n, env.__getitem__)
-    core_graph.output(tuple(env[n] for n in core_outputs))
+    core_graph.output(tuple(_detached_if_only_detached(core_graph, env[n], n) for n in core_outputs))
 
     epilogue_graph = fx.Graph()
     sources: list[InputSource] = []
@@ -79,3 +88,12 @@ def slice_graph(functional: fx.GraphModule) -> SlicedProgram:
         epilogue=fx.GraphModule(functional, epilogue_graph),
         sources=tuple(sources),
     )
+
+
+def _detached_if_only_detached(graph: fx.Graph, value: fx.Node, original: fx.Node) -> fx.Node:
+    """See Note [A base the epilogue only detaches]."""
+    if not all(u.op == "call_function" and u.target is torch.ops.aten.detach.default for u in original.users):
+        return value
+    detached = graph.call_function(torch.ops.aten.detach.default, (value,))
+    detached.meta = dict(value.meta)
+    return detached

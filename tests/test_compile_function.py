@@ -399,10 +399,8 @@ def test_program_whose_eager_backward_fails_raises_only_in_backward() -> None:
     error_e = outcome(lambda: _backward(outs_e))
     assert error_e[0] == "raised"
     assert outcome(lambda: _backward(outs_c)) == error_e
-    assert any(
-        "compiling the captured graph failed" in r or "a metadata mutation of an input" in r
-        for r in _new_fallbacks(before)
-    )
+    reasons = ("compiling the captured graph failed", "a metadata mutation of an input", "compiling the core raised")
+    assert any(reason in r for r in _new_fallbacks(before) for reason in reasons)
 
 
 # ---------------------------------------------------------------------------------------------------------

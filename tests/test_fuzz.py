@@ -15,6 +15,7 @@ from predispatch_views.compare.fuzz import (
     CRASH_WHERE_STOCK_RUNS,
     WRONG_ON_A_PROBE,
     WRONG_WHERE_STOCK_MATCHES,
+    Run,
     classify,
     failure_markdown,
     failure_predicate,
@@ -193,6 +194,20 @@ def testwrong_on_a_probe_finds_what_hides_behind_a_diverging_stock() -> None:
     outcome = wrong_on_a_probe(reference, prototype, stock)
     assert outcome is not None and outcome.probe == "after_call"
     assert wrong_on_a_probe(reference, prototype, prototype) is None
+
+
+def test_a_crash_behind_a_divergence_in_the_same_probe_is_a_crash() -> None:
+    """Found on s22_789: stock's backward_twice gave other first gradients and raised in its second backward; its
+    crash hid behind the divergence, so the prototype's identical crash looked like one stock does not have."""
+    reference = Run({"backward_twice": {"first": [torch.ones(2)], "second": [torch.ones(2)]}}, [], 0.0)
+    error = Raised("RuntimeError", "Trying to backward through the graph a second time")
+    both_wrong = Run({"backward_twice": {"first": [torch.zeros(2)], "second": error}}, [], 0.0)
+    only_crash = Run({"backward_twice": {"first": [torch.ones(2)], "second": error}}, [], 0.0)
+    outcome = classify(reference, both_wrong)
+    assert (outcome.kind, outcome.path) == ("crash", ".second")
+    assert violated_rule(classify(reference, only_crash), outcome) is None
+    diverges = Run({"backward_twice": {"first": [torch.zeros(2)], "second": [torch.ones(2)]}}, [], 0.0)
+    assert violated_rule(classify(reference, only_crash), classify(reference, diverges)) == CRASH_WHERE_STOCK_RUNS
 
 
 def test_fixed_seed_sample_prototype_never_wrong_where_stock_matches() -> None:

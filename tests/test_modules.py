@@ -227,24 +227,15 @@ class BreakInForward(nn.Module):
         return q.softmax(-1), k, q
 
 
-DETACHED_WRITE_REASON = (
-    "AOTAutograd applies a write made through .detach() of a graph input as a grad-mode copy_ into the input "
-    "(not hidden from autograd); the resume frame has no view output so the engine's fast path hands it to "
-    "stock unchanged, and the input is now a real Split view, so that copy_ raises the multi-output in-place "
-    "error eager does not raise (stock never sees a view there)"
-)
-
-
 @pytest.mark.parametrize(
     ("fn", "requires_grad"),
     [
         (_unbind_then_use, True),
         (_unbind_then_use, False),
-        pytest.param(
-            _split_then_detach_mutate,
-            True,
-            marks=pytest.mark.xfail(strict=True, reason="engine+AOTAutograd: " + DETACHED_WRITE_REASON),
-        ),
+        # The resume frame takes a real Split view and writes it through .detach(): AOTAutograd would raise the
+        # multi-output in-place error eager does not, so that graph runs uncompiled (Note [A restricted view
+        # aliased by a write]); this was an xfail before.
+        (_split_then_detach_mutate, True),
         (_split_then_detach_mutate, False),
     ],
     ids=["unbind_then_use-grad", "unbind_then_use-nograd", "split_then_detach_mutate-grad", "split_detach-nograd"],

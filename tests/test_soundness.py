@@ -154,6 +154,21 @@ def view_reshaped_in_place_after_base_write(a: torch.Tensor) -> Any:  # fuzzer s
     return (t3, t3.sum(1))
 
 
+def restricted_view_written_after_graph_break(x: torch.Tensor) -> Any:  # fuzzer s21_14: backend crash
+    t1, _ = x.mul(2).unbind(0)
+    _, _, t5, t6 = t1.chunk(4, 0)
+    t7 = t6.as_strided(t6.size(), t6.stride(), t6.storage_offset())  # Dynamo graph-breaks here
+    t8 = t5.tanh()
+    with torch.no_grad():
+        t7.mul_(-1.0)  # t5 and t6 are Split outputs: reading their grad_fn now raises, lazily, in eager
+    return (t8,)
+
+
+def base_only_detached(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s21_752: a zero grad for b
+    t3, t4 = a.expand(2, 1).tensor_split(2, 0)
+    return (t4 - t3).sin(), (b @ b.t()).detach(), t3
+
+
 def _rg(*shape: int) -> Callable[[], list[torch.Tensor]]:
     return lambda: [torch.arange(float(torch.Size(shape).numel())).reshape(shape).div(7).requires_grad_(True)]
 
@@ -189,6 +204,12 @@ REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], st
         _rg_nonleaf(4, 1),
         "an alias taken before",
     ),
+    "restricted_view_written_after_graph_break": (
+        restricted_view_written_after_graph_break,
+        _rg_nonleaf(2, 4, 3),
+        "runs uncompiled for such calls",
+    ),
+    "base_only_detached": (base_only_detached, lambda: _rg(1)() + _rg(3, 2)(), None),
     "dropout_eval_of_a_view": (dropout_eval_of_a_view, _rg(3, 4), None),
     "dropout_p0_of_a_view": (dropout_p0_of_a_view, _rg(3, 4), None),
     "type_as_same_dtype": (type_as_same_dtype, _rg(3, 4), None),
@@ -237,15 +258,17 @@ def test_repro_matches_eager_or_falls_back_with_its_reason(name: str, entry: str
     else:
         compiled = pv.compile_function(fn, inner="aot_eager")
     actual = outcome(lambda: _observed(compiled, make_inputs))
+    assert torch.is_grad_enabled(), "compiling or running left grad mode off"
     reasons = [r for _, r in pv.FALLBACKS]
     if reason is None:
         assert reasons == [], reasons
         expected = outcome(lambda: _observed(fn, make_inputs))
     else:
-        # A fallback hands the program to stock AOTAutograd, and it must then behave exactly as stock does; or,
-        # for compile_function where the function cannot be compiled at all, it runs eagerly.
+        # A fallback of the backend hands the program to stock AOTAutograd, and it must then behave exactly as
+        # stock does; compile_function runs the function eagerly (Note [compile_function falls back to eager]).
         assert any(reason in r for r in reasons) or (entry == "compile_function" and reasons), reasons
-        if any("compiling the captured graph failed" in r for r in reasons):
+        runs_eagerly = ("compiling the captured graph failed", "runs uncompiled for such calls")
+        if entry == "compile_function" or any(m in r for r in reasons for m in runs_eagerly):
             expected = outcome(lambda: _observed(fn, make_inputs))
         else:
             torch._dynamo.reset()
@@ -258,7 +281,10 @@ def test_repro_matches_eager_or_falls_back_with_its_reason(name: str, entry: str
         assert_same(actual[1][key], expected[1][key])
 
 
-@pytest.mark.parametrize("name", [n for n, (_, _, reason) in REPROS.items() if reason is None])
+ALIAS_RETURNING = [n for n, (_, _, reason) in REPROS.items() if reason is None and n != "base_only_detached"]
+
+
+@pytest.mark.parametrize("name", ALIAS_RETURNING)
 def test_alias_returning_ops_keep_eager_views(name: str) -> None:
     """Class 6 under strict=True: no fallback, and the output is the same kind of view with eager's grad_fn."""
     fn, make_inputs, _ = REPROS[name]
@@ -330,3 +356,111 @@ def test_compiling_does_not_draw_from_the_callers_rng() -> None:
     for _ in range(2):  # the first call compiles, the second reuses
         torch.manual_seed(0)
         torch.testing.assert_close(compiled(torch.zeros(2), torch.zeros(2))[0], expected)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# compile_function on fuzzer programs where it once crashed or was wrong while stock (through Dynamo) matched:
+# it ran stock AOTAutograd on the whole captured function. It now runs such a function eagerly (Note
+# [compile_function falls back to eager]), and must match eager on every observation.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _aliased_rows(*shape: int) -> Callable[[], list[torch.Tensor]]:
+    """Two overlapping row ranges of one non-leaf tensor (``a, b = source[:-1], source[1:]``)."""
+
+    def make() -> list[torch.Tensor]:
+        source = _rg(*shape)().pop().mul(1)
+        return [source[:-1], source[1:]]
+
+    return make
+
+
+def cfn_random_write_of_detached_aliased_input(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s21_253
+    t3 = b.detach()
+    t3.normal_()
+    with torch.no_grad():
+        t4 = t3.as_strided(t3.size(), t3.stride(), t3.storage_offset())
+    return (t4,)
+
+
+def cfn_bernoulli_then_metadata_writes(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s21_898
+    t0 = b.sum(0)
+    t0.bernoulli_(0.5)
+    t1 = b.select(0, 0)
+    _, t3 = a.split_with_sizes([2, 1], 2)
+    with torch.no_grad():
+        t3.mul_(2.0)
+    t0.unsqueeze_(0)
+    t1.mul_(-1.0)
+    return (t0.detach(), a)
+
+
+def cfn_transpose_of_aliased_input(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s22_283
+    t2 = b.detach()[:, 1:4]
+    a.transpose_(0, 2)
+    t2.mul_(-1.0)
+    t3, _ = t2.unbind(2)
+    return (t3.to(torch.float32),)
+
+
+def cfn_uniform_of_a_returned_view(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s22_320
+    t5 = b.mul(2.0).view(-1).t()
+    t5.uniform_()
+    return (t5, t5)
+
+
+def cfn_uniform_of_a_matmul_view(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s22_987
+    t1, _ = b.chunk(2, 0)
+    t4 = (t1 @ t1.t()).unsqueeze(0)
+    t4.uniform_()
+    return (t4, t4)
+
+
+def cfn_dropout_then_input_unsqueeze_(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s23_969
+    F.dropout(b, 0.5, True)
+    t1 = b.narrow(0, 0, 2)
+    b.unsqueeze_(2)
+    _, t4 = t1.type_as(t1).split(1, 0)
+    return (t4,)
+
+
+def cfn_restricted_view_input_written(t5: torch.Tensor, t7: torch.Tensor) -> Any:  # the s21_14 class, no Dynamo
+    t8 = t5.tanh()
+    with torch.no_grad():
+        t7.mul_(-1.0)
+    return (t8,)
+
+
+def _split_views() -> list[torch.Tensor]:
+    rows = _rg(2, 4, 3)().pop().mul(1).unbind(0)[0].chunk(4, 0)
+    return [rows[2], rows[3].as_strided(rows[3].size(), rows[3].stride(), rows[3].storage_offset())]
+
+
+CFN_REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
+    "random_write_of_detached_aliased_input": (cfn_random_write_of_detached_aliased_input, _aliased_rows(3, 4)),
+    "bernoulli_then_metadata_writes": (
+        cfn_bernoulli_then_metadata_writes,
+        lambda: [torch.arange(9.0).reshape(1, 3, 3).div(7), _rg_nonleaf(1)()[0]],
+    ),
+    "transpose_of_aliased_input": (cfn_transpose_of_aliased_input, _aliased_rows(3, 4, 2)),
+    "uniform_of_a_returned_view": (cfn_uniform_of_a_returned_view, lambda: _rg_nonleaf(2, 2, 2)() + _rg(1)()),
+    "uniform_of_a_matmul_view": (cfn_uniform_of_a_matmul_view, lambda: _rg_nonleaf(3)() + _rg_nonleaf(3, 2)()),
+    "dropout_then_input_unsqueeze_": (cfn_dropout_then_input_unsqueeze_, lambda: _rg(1, 1)() + _rg_nonleaf(3, 4)()),
+    "restricted_view_input_written": (cfn_restricted_view_input_written, _split_views),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CFN_REPROS))
+def test_compile_function_matches_eager_where_it_ran_stock_on_the_capture(name: str) -> None:
+    fn, make_inputs = CFN_REPROS[name]
+    pv.FALLBACKS.clear()
+    actual = outcome(lambda: _observed(pv.compile_function(fn, inner="aot_eager"), make_inputs))
+    assert torch.is_grad_enabled()
+    assert [r for _, r in pv.FALLBACKS], "each of these runs eagerly, with a reason"
+    expected = outcome(lambda: _observed(fn, make_inputs))
+    assert actual[0] == expected[0], (actual, expected)
+    if expected[0] == "raised":
+        assert actual[2] == expected[2]
+        return
+    for key in expected[1]:
+        assert_same(actual[1][key], expected[1][key])

@@ -31,7 +31,7 @@ import torch
 from .. import pipeline
 from .fuzz_program import Program, generate, shrink
 from .parity import _isolated
-from .probes import PROBES, Call, Raised, Subject, attempt, describe, first_difference
+from .probes import PROBES, Call, Raised, Subject, attempt, describe, differences
 from .strategies import Strategy, eager, prototype, prototype_fn, stock
 
 RNG_SEED = 1234
@@ -142,24 +142,25 @@ class Outcome:
 def classify(reference: Run, run: Run, probes: Sequence[str] | None = None) -> Outcome:
     """Crash if some probe raised where eager did not (or raised another type); else the first divergence.
 
+    A crash anywhere inside a probe counts, not only at its first difference: ``backward_twice`` whose first
+    backward gives other gradients and whose second raises is a crash (found by the fuzzer: stock's crash hid
+    behind its gradients, so the same crash of the prototype looked like one stock does not have).
+
     Eager's own error wrapped by Dynamo (``InternalTorchDynamoError: RuntimeError: <eager's message>``, raised
     when Dynamo meets eager's lazy error while tracing a later graph) is eager's error: a divergence of type,
     not a crash.
     """
     first: Outcome | None = None
     for name in reference.observations if probes is None else probes:
-        diff = first_difference(reference.observations[name], run.observations[name])
-        if diff is None:
-            continue
-        path, expected, actual = diff
-        outcome = Outcome("divergence", name, "" if path == "." else path, expected, actual)
-        if isinstance(actual, Raised) and (
-            not isinstance(expected, Raised)
-            or (expected.type != actual.type and expected.message.splitlines()[0] not in actual.message)
-        ):
-            outcome.kind = "crash"
-            return outcome
-        first = first or outcome
+        for path, expected, actual in differences(reference.observations[name], run.observations[name]):
+            outcome = Outcome("divergence", name, "" if path == "." else path, expected, actual)
+            if isinstance(actual, Raised) and (
+                not isinstance(expected, Raised)
+                or (expected.type != actual.type and expected.message.splitlines()[0] not in actual.message)
+            ):
+                outcome.kind = "crash"
+                return outcome
+            first = first or outcome
     return first or Outcome("match")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -350,30 +350,35 @@ def _tensor_difference(a: torch.Tensor, b: torch.Tensor) -> str | None:
 
 def first_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, Any, Any] | None:
     """(path, expected part, actual part) of the first mismatch, or None when the observations match."""
+    return next(differences(expected, actual, path), None)
+
+
+def differences(expected: Any, actual: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """Every mismatch, in order: (path, expected part, actual part)."""
     here = path or "."
     if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
-        if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)):
-            return here, expected, actual
-        return None if _tensor_difference(expected, actual) is None else (here, expected, actual)
-    if type(expected) is not type(actual):
-        return here, expected, actual
-    if isinstance(expected, dict):
+        both = isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)
+        if not both or _tensor_difference(expected, actual) is not None:
+            yield here, expected, actual
+    elif type(expected) is not type(actual):
+        yield here, expected, actual
+    elif isinstance(expected, dict):
         if list(expected) != list(actual):
-            return here, sorted(map(str, expected)), sorted(map(str, actual))
+            yield here, sorted(map(str, expected)), sorted(map(str, actual))
+            return
         for k in expected:
-            if (d := first_difference(expected[k], actual[k], f"{path}.{k}")) is not None:
-                return d
-        return None
-    if isinstance(expected, (list, tuple)):
+            yield from differences(expected[k], actual[k], f"{path}.{k}")
+    elif isinstance(expected, (list, tuple)):
         if len(expected) != len(actual):
-            return f"{here} (length)", len(expected), len(actual)
+            yield f"{here} (length)", len(expected), len(actual)
+            return
         for k, (e, a) in enumerate(zip(expected, actual)):
-            if (d := first_difference(e, a, f"{path}[{k}]")) is not None:
-                return d
-        return None
-    if isinstance(expected, float):
-        return None if math.isclose(expected, actual, rel_tol=RTOL, abs_tol=ATOL) else (here, expected, actual)
-    return None if expected == actual else (here, expected, actual)
+            yield from differences(e, a, f"{path}[{k}]")
+    elif isinstance(expected, float):
+        if not math.isclose(expected, actual, rel_tol=RTOL, abs_tol=ATOL):
+            yield here, expected, actual
+    elif expected != actual:
+        yield here, expected, actual
 
 
 def describe(value: Any, limit: int = 300) -> str:
