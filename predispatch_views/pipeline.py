@@ -170,7 +170,7 @@ def compile_dynamo_graph(
                 log.info("%s [in %s]", reason, graph_label(gm))
                 FALLBACKS.append((graph_label(gm), reason))
 
-        program.run = uncompiled_when_a_restricted_view_is_written(program.run, gm, written, on_use)
+        program.run = uncompiled_when_a_restricted_view_is_written(program.run, gm, written, example_inputs, on_use)
     return program
 
 

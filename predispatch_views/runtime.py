@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -177,14 +177,20 @@ def uncompiled_when_a_restricted_view_is_written(
     compiled: Callable[..., Any],
     gm: fx.GraphModule,
     written: list[int],
+    example_inputs: Sequence[Any],
     on_use: Callable[[int], None],
 ) -> Callable[..., Any]:
     """``compiled``, or ``gm`` run eagerly (after ``on_use(k)``) for calls where input ``k`` is a restricted
     view requiring grad that shares storage with a written input; see Note [A restricted view aliased by a
-    write]."""
+    write]. Only inputs that share storage with a written input in ``example_inputs`` are checked on each call:
+    Dynamo's aliasing guards recompile when inputs that did not alias start to."""
+    written_storages = {_storage(example_inputs[i]) for i in written}
+    candidates = [k for k, t in enumerate(example_inputs) if _storage(t) in written_storages - {None}]
+    if not candidates:
+        return compiled
 
     def run(*args: Any) -> Any:  # Dynamo calls a backend's result with positional inputs
-        k = restricted_view_aliasing(args, written)
+        k = restricted_view_aliasing(args, written, candidates)
         if k is None:
             return compiled(*args)
         on_use(k)
@@ -197,14 +203,21 @@ def uncompiled_when_a_restricted_view_is_written(
     return run
 
 
-def restricted_view_aliasing(args: Any, written: list[int]) -> int | None:
-    """The position of an input that is a restricted view requiring grad and shares storage with a written input."""
-    candidates = [
+def restricted_view_aliasing(
+    args: Sequence[Any], written: list[int], candidates: list[int] | None = None
+) -> int | None:
+    """The position of an input (among ``candidates``, default all) that is a restricted view requiring grad and
+    shares storage with a written input."""
+    restricted = [
         k
-        for k, t in enumerate(args)
-        if isinstance(t, torch.Tensor) and t.requires_grad and t._is_view() and ti.is_restricted_view(t)
+        for k in (range(len(args)) if candidates is None else candidates)
+        if isinstance(t := args[k], torch.Tensor) and t.requires_grad and t._is_view() and ti.is_restricted_view(t)
     ]
-    if not candidates:
+    if not restricted:
         return None
-    storages = {StorageWeakRef(args[i].untyped_storage()) for i in written if isinstance(args[i], torch.Tensor)}
-    return next((k for k in candidates if StorageWeakRef(args[k].untyped_storage()) in storages), None)
+    storages = {_storage(args[i]) for i in written}
+    return next((k for k in restricted if _storage(args[k]) in storages), None)
+
+
+def _storage(t: Any) -> StorageWeakRef | None:
+    return StorageWeakRef(t.untyped_storage()) if isinstance(t, torch.Tensor) else None
