@@ -31,7 +31,8 @@ Relied on:
   (scripts/cudagraph_check.py).
 - ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
 - ``GraphModule.compile_subgraph_reason.user_stack`` and ``gm.meta["dynamo_compile_id"]``, which Dynamo's
-  OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names.
+  OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names;
+  ``compile_subgraph_reason.graph_break``: Dynamo resumes after the graph (analysis.py needs it).
 - ``torch._C._autograd._get_creation_meta``, ``_set_creation_meta`` and ``CreationMeta``, the
   ``torch._C._functionalization`` ViewMeta classes (``unbind_int_ViewMeta``, ``split_Tensor_ViewMeta``,
   ``split_with_sizes_ViewMeta``: their ``as_tuple()`` layout) and ``apply_view_meta_sequence``: the
@@ -71,6 +72,7 @@ __all__ = [
     "compiled_autograd",
     "detect_fake_mode",
     "enable_python_dispatcher",
+    "ends_at_graph_break",
     "from_fun",
     "has_data_mutation",
     "inductor_compile_fx",
@@ -144,6 +146,11 @@ def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
     meta = getattr(gm, "meta", None)
     compile_id = meta.get("dynamo_compile_id") if isinstance(meta, dict) else None
     return frame.name, frame.filename, int(frame.lineno or 0), "" if compile_id is None else str(compile_id)
+
+
+def ends_at_graph_break(gm: Any) -> bool:
+    """Whether Dynamo compiled ``gm`` at a graph break, so a resume function gets its outputs."""
+    return bool(getattr(getattr(gm, "compile_subgraph_reason", None), "graph_break", False))
 
 
 def lookup_backend(name: str) -> Callable[..., Any]:

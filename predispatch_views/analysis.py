@@ -39,7 +39,23 @@ fall back:
   base and recompute from it.
   Eager may have saved a later intermediate instead, so the replayed write would bump the version of a tensor the
   compiled backward checks, an error eager does not raise. Ops whose backward reads no input (``add``, ``mul``
-  by a number, ``sum``) cannot make the partitioner save anything, and are looked through.
+  by a number, ``sum``) cannot make the partitioner save anything, and are looked through. The op that produced
+  the base counts too when its backward reads its result (``sigmoid``, ``exp``): eager raises then as well, but
+  its message names the node that saved the tensor, which the compiled backward's cannot.
+
+Note [A view taken under no_grad keeps its base's requires_grad]
+Eager answers ``requires_grad`` of a view from its base: ``with torch.no_grad(): v = x.expand(...)`` gives a
+``v`` that requires grad when ``x`` does, with no ``grad_fn`` and no gradient edge (CreationMeta NO_GRAD_MODE;
+a view of ``v`` inherits both). An op run on ``v`` with grad mode on therefore returns a result that requires
+grad and sends no gradient anywhere; an op that returns its input under no_grad (``dropout`` with p=0,
+``contiguous`` of a contiguous tensor: Note [Ops that return their input]) is ``x`` itself, so gradients even
+flow through it. The compiled core computes the no_grad region below autograd: its results neither require
+grad nor carry one. So a core op with grad mode on that reads such a value falls back when eager's answer
+differs from the core's (the result would not require grad, or gradients would flow through an identity).
+A graph that ends at a graph break and returns a NO_GRAD_MODE view falls back too: when the code Dynamo runs
+between the graphs writes the view's base in place (``a.unsqueeze_(2)`` is such a break), eager forbids reading
+the view's ``grad_fn``, and Dynamo reads ``is_leaf`` when it wraps the view as an input of the next graph
+(``fake_tensor.from_real_tensor``), so it would crash where eager runs; stock returns a view autograd allows.
 """
 
 from __future__ import annotations
@@ -78,12 +94,14 @@ def select_epilogue(
     grad_enabled: bool,
     input_alias_groups: Sequence[int] | None = None,
     input_requires_grad: Sequence[bool] | None = None,
+    ends_at_graph_break: bool = False,
 ) -> EpilogueSelection | Fallback:
     """Pick the epilogue of a pre-dispatch graph; see Note [Which nodes the epilogue replays].
 
     ``input_alias_groups[i]`` is the index of the first input sharing input i's storage: inputs that alias each
     other are one base for the rules below (a mutation of one after a view of the other is replayed in eager).
     ``input_requires_grad[i]`` says whether input i requires grad (the traced values do not record it).
+    ``ends_at_graph_break``: Dynamo resumes after this graph and wraps its outputs as the next graph's inputs.
     """
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
@@ -167,6 +185,9 @@ def select_epilogue(
     duplicated |= toggles
     requires_grad = _requires_grad(nodes, grad_enabled, input_requires_grad)
     if (reason := _unreplayable_mutation(nodes, root, epilogue, duplicated, requires_grad)) is not None:
+        return Fallback(reason)
+    reason = _no_grad_view_read_with_grad(nodes, epilogue, grad_enabled, requires_grad, ends_at_graph_break)
+    if reason is not None:
         return Fallback(reason)
 
     resolved: dict[fx.Node, fx.Node] = {}
@@ -348,6 +369,8 @@ def _may_save(
     whose backward reads no input (``add``, ``mul`` by a number, ``sum``, views...) need none, so everything
     downstream of ``base`` through them is checked in turn.
     """
+    if base in requires_grad and base not in epilogue and graph_ops.backward_reads_its_result(base):
+        return base  # sigmoid, exp...: the backward reads the very tensor the epilogue writes
     reached = {base}
     for n in nodes:
         if (n in epilogue and n not in duplicated) or n.op != "call_function":
@@ -392,6 +415,58 @@ def _requires_grad(
             if (target := graph_ops.mutated_input(n)) is not None:
                 out.add(target)
     return out
+
+
+def _no_grad_view_read_with_grad(
+    nodes: list[fx.Node],
+    epilogue: set[fx.Node],
+    grad_enabled: bool,
+    requires_grad: set[fx.Node],
+    ends_at_graph_break: bool,
+) -> str | None:
+    """Note [A view taken under no_grad keeps its base's requires_grad]."""
+    no_grad_views: set[fx.Node] = set()  # CreationMeta NO_GRAD_MODE, base requires grad
+    identities: set[fx.Node] = set()  # the input itself, returned under no_grad
+    eager_requires_grad = set(requires_grad)
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+            continue
+        if n.op != "call_function":
+            continue
+        source = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        if graph_ops.is_view(n) or graph_ops.is_view_getitem(n):
+            if source in identities or (source in eager_requires_grad and graph_ops.may_return_self(n) and not grad):
+                identities.add(n)
+                eager_requires_grad.add(n)
+            elif source in no_grad_views or (source in eager_requires_grad and not grad):
+                no_grad_views.add(n)
+                eager_requires_grad.add(n)
+        if not grad or n in epilogue or graph_ops.is_view(n) or graph_ops.is_view_getitem(n):
+            continue
+        read = [i for i in n.all_input_nodes if i in no_grad_views or i in identities]
+        if not read:
+            continue
+        eager_requires_grad.add(n)
+        if n not in requires_grad or any(i in identities for i in read):
+            return (
+                f"{n.name} ({graph_ops.op_name(n)}) reads {read[0].name}, taken under no_grad from a tensor that "
+                "requires grad: eager's result takes requires_grad (from an op that returns its input, gradients too) "
+                "from that tensor, the compiled region's "
+                "would not (Note [A view taken under no_grad keeps its base's requires_grad])"
+            )
+    if ends_at_graph_break:
+        outputs = [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
+        for k, n in enumerate(outputs):
+            if n in no_grad_views:
+                return (
+                    f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "
+                    "the graph ends at a graph break: Dynamo would crash wrapping it for the next graph if its "
+                    "base is written in place in between (Note [A view taken under no_grad keeps its base's "
+                    "requires_grad])"
+                )
+    return None
 
 
 def _under_no_grad(nodes: list[fx.Node], grad_enabled: bool) -> set[fx.Node]:

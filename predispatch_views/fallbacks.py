@@ -74,9 +74,33 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) "
         "of the compiled region may save it, or a value computed from it, for backward`",
         "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
-        "bump the version of a tensor the compiled backward checks, an error eager does not raise.",
+        "bump the version of a tensor the compiled backward checks, an error eager does not raise (or, when the "
+        "op that made the base saves its result, raises with a message that cannot name eager's node).",
         "analysis.py",
         "of the compiled region may save it",
+    ),
+    FallbackReason(
+        "a compiled op, run with grad mode on, that reads a view taken under no_grad of a tensor that requires "
+        "grad",
+        "`<node> (<op>) reads <view>, taken under no_grad from a tensor that requires grad: eager's result takes "
+        "requires_grad (from an op that returns its input, gradients too) from that tensor, the compiled "
+        "region's would not`",
+        "eager's view inherits requires_grad from its base (and an op that returns its input under no_grad is "
+        "the input itself); the compiled region computes the no_grad region below autograd. Note [A view taken "
+        "under no_grad keeps its base's requires_grad] in analysis.py.",
+        "analysis.py",
+        "from that tensor, the compiled region's",
+    ),
+    FallbackReason(
+        "a graph that ends at a graph break and returns a view taken under no_grad of a tensor that requires grad",
+        "`output <k> (<view>) is a view taken under no_grad from a tensor that requires grad, and the graph ends "
+        "at a graph break: Dynamo would crash wrapping it for the next graph if its base is written in place in "
+        "between`",
+        "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf "
+        "when it wraps the view as an input of the next graph (fake_tensor.from_real_tensor), a crash where eager "
+        "runs; stock returns a view autograd allows. Same Note.",
+        "analysis.py",
+        "the graph ends at a graph break",
     ),
     FallbackReason(
         "a base the epilogue views that the compiled region writes through a view covering all of it",

@@ -98,6 +98,29 @@ def returns_its_input(node: fx.Node) -> bool:
     )
 
 
+def may_return_self(node: fx.Node) -> bool:
+    """A view call that may return its input tensor itself rather than a new view of it.
+
+    Either Note [Ops that return their input], or a view whose traced value has its input's exact geometry
+    (``contiguous`` of a contiguous tensor, ``flatten`` of a 1-d one): fake values cannot tell a new view with
+    the same geometry from the input itself, so both count.
+    """
+    op = _overload(node)
+    if op is None or not is_view(node):
+        return False
+    if op._schema.arguments[0].alias_info is None:
+        return True
+    value, first = node.meta.get("val"), node.args[0].meta.get("val")  # type: ignore[union-attr]
+    return (
+        isinstance(value, torch.Tensor)
+        and isinstance(first, torch.Tensor)
+        and value.untyped_storage()._cdata == first.untyped_storage()._cdata
+        and value.storage_offset() == first.storage_offset()
+        and value.shape == first.shape
+        and value.stride() == first.stride()
+    )
+
+
 # Ops whose derivative is constant: their backward reads no input value, so nothing is saved for it.
 _LINEAR = {
     "add",
@@ -131,6 +154,38 @@ def backward_reads_no_input(node: fx.Node) -> bool:
     if name == "div":  # a tensor by a number
         return tensors[:1] == [True] and sum(tensors) == 1
     return False
+
+
+# Ops whose derivative formula (derivatives.yaml) reads ``result``: eager saves their output.
+_READS_RESULT = {
+    "sigmoid",
+    "tanh",
+    "exp",
+    "exp2",
+    "expm1",
+    "relu",
+    "elu",
+    "celu",
+    "selu",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "softmax",
+    "_softmax",
+    "log_softmax",
+    "_log_softmax",
+    "cumprod",
+    "prod",
+    "norm",
+    "linalg_vector_norm",
+    "logsumexp",
+    "pow",
+}
+
+
+def backward_reads_its_result(node: fx.Node) -> bool:
+    op = _overload(node)
+    return op is not None and op._schema.name.split("::")[-1].rstrip("_") in _READS_RESULT
 
 
 def is_random(node: fx.Node) -> bool:

@@ -98,6 +98,7 @@ def compile_captured(
     strict: bool = False,
     compile_core: bool = True,
     stock_fallback: bool = True,
+    ends_at_graph_break: bool = False,
 ) -> CompiledProgram:
     """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture).
 
@@ -114,6 +115,7 @@ def compile_captured(
             grad_enabled=grad_enabled,
             input_alias_groups=input_alias_groups(example_inputs),
             input_requires_grad=[isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs],
+            ends_at_graph_break=ends_at_graph_break,
         )
         if isinstance(selection, Fallback):
             reason = selection.reason
@@ -197,7 +199,14 @@ def _compile_dynamo_graph(
             resolve_inner(inner),
             strict,
         )
-    return compile_captured(pre_dispatch, example_inputs, inner, fallback_graph=gm, strict=strict)
+    return compile_captured(
+        pre_dispatch,
+        example_inputs,
+        inner,
+        fallback_graph=gm,
+        strict=strict,
+        ends_at_graph_break=ti.ends_at_graph_break(gm),
+    )
 
 
 def _may_return_views(gm: fx.GraphModule) -> bool:

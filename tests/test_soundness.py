@@ -464,3 +464,95 @@ def test_compile_function_matches_eager_where_it_ran_stock_on_the_capture(name: 
         return
     for key in expected[1]:
         assert_same(actual[1][key], expected[1][key])
+
+
+# Fuzzer seeds 31-33 (Note [A view taken under no_grad keeps its base's requires_grad], and the producer rule
+# of Note [Mutations the epilogue must not replay]).
+
+
+def no_grad_view_read_with_grad(c: torch.Tensor) -> Any:  # fuzzer s32_282: outputs lost requires_grad
+    with torch.no_grad():
+        t2 = c.expand(2, 4, 1, 4)
+    t3 = t2.sigmoid()
+    return t3.narrow(0, 0, 2), t3
+
+
+def no_grad_identity_read_with_grad(x: torch.Tensor) -> Any:  # the same, through an op that returns its input
+    with torch.no_grad():
+        y = F.dropout(x, p=0.0)
+    return y.sin().unbind(0)
+
+
+def _view_of_nonleaf() -> list[torch.Tensor]:
+    return [_rg(5, 1, 4)()[0].mul(1)[1:]]
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize(
+    "fn, make_inputs",
+    [(no_grad_view_read_with_grad, _view_of_nonleaf), (no_grad_identity_read_with_grad, _rg_nonleaf(2, 3))],
+)
+def test_a_view_taken_under_no_grad_keeps_its_bases_requires_grad(
+    entry: str, fn: Callable[..., Any], make_inputs: Callable[[], list[torch.Tensor]]
+) -> None:
+    pv.FALLBACKS.clear()
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager")) if entry == "backend" else pv.compile_function(fn)
+    actual = compiled(*make_inputs())
+    reasons = [r for _, r in pv.FALLBACKS]
+    assert any("taken under no_grad from a tensor that requires grad" in r for r in reasons), reasons
+    if entry == "backend":  # stock's answer (stock loses requires_grad too: the fallback is no worse)
+        torch._dynamo.reset()
+        expected = torch.compile(fn, backend="aot_eager")(*make_inputs())
+    else:  # compile_function runs the function eagerly: eager's answer
+        expected = fn(*make_inputs())
+    assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected]
+    assert [type(o.grad_fn).__name__ for o in actual] == [type(o.grad_fn).__name__ for o in expected]
+    if fn is no_grad_identity_read_with_grad and entry == "compile_function":  # gradients flow through it
+        leaves = [_rg(2, 3)()[0] for _ in range(2)]
+        for f, leaf in zip((compiled, fn), leaves, strict=True):
+            sum(o.sum() for o in f(leaf.mul(1))).backward()
+        torch.testing.assert_close(leaves[0].grad, leaves[1].grad)
+
+
+def no_grad_view_across_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s31_447: Dynamo crashed
+    with torch.no_grad():
+        t0 = a.t()
+    t1 = t0.select(1, 1)
+    a.unsqueeze_(2)  # a graph break (an in-place view of a graph input), run eagerly between the two graphs
+    with torch.no_grad():
+        t2 = t1.select(0, 0)
+    return t1, t2, b
+
+
+def test_a_no_grad_view_crossing_a_graph_break_falls_back() -> None:
+    """Eager runs; the faithful view made Dynamo crash wrapping it for the second graph (is_leaf raises)."""
+    inputs = lambda: [_rg_nonleaf(3, 2)()[0], _rg_nonleaf(1)()[0]]  # noqa: E731
+    pv.FALLBACKS.clear()
+    actual = torch.compile(no_grad_view_across_graph_break, backend=pv.backend("aot_eager"))(*inputs())
+    assert any("the graph ends at a graph break" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
+    expected = no_grad_view_across_graph_break(*inputs())
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got.detach(), want.detach())
+    with pytest.raises(Exception, match="the graph ends at a graph break"):
+        torch._dynamo.reset()
+        torch.compile(no_grad_view_across_graph_break, backend=pv.backend("aot_eager", strict=True))(*inputs())
+
+
+def saved_result_written_after_views(a: torch.Tensor) -> Any:  # fuzzer s32_65: backward error without the node
+    t0 = a.sigmoid()
+    t0.t_()
+    _, t8 = t0.chunk(2, 1)
+    return (t8.t(),)
+
+
+def test_a_write_of_a_result_its_op_saved_raises_eagers_message() -> None:
+    """Eager's backward names the node that saved the tensor ("output 0 of Sigmoid"); the compiled core's
+    backward cannot, so compile_function runs such a function eagerly."""
+    pv.FALLBACKS.clear()
+    errors = []
+    for f in (saved_result_written_after_views, pv.compile_function(saved_result_written_after_views)):
+        with pytest.raises(RuntimeError) as info:
+            f(_rg(2, 1)()[0])[0].sum().backward()
+        errors.append(str(info.value))
+    assert errors[1] == errors[0] and "which is output 0 of" in errors[0]
+    assert any("of the compiled region may save it" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
