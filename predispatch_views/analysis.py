@@ -40,8 +40,9 @@ fall back:
   Eager may have saved a later intermediate instead, so the replayed write would bump the version of a tensor the
   compiled backward checks, an error eager does not raise. Ops whose backward reads no input (``add``, ``mul``
   by a number, ``sum``) cannot make the partitioner save anything, and are looked through. The op that produced
-  the base counts too when its backward reads its result (``sigmoid``, ``exp``): eager raises then as well, but
-  its message names the node that saved the tensor, which the compiled backward's cannot.
+  the base counts too when its backward reads its result (``sigmoid``, ``exp``) and the base is read after the
+  write (views taken before it raise eager's lazy error first): eager raises then as well, but its message
+  names the node that saved the tensor, which the compiled backward's cannot.
 
 Note [A view taken under no_grad keeps its base's requires_grad]
 Eager answers ``requires_grad`` of a view from its base: ``with torch.no_grad(): v = x.expand(...)`` gives a
@@ -345,7 +346,10 @@ def _unreplayable_mutation(
                 "compiled region it would draw again, in another order"
             )
         base = root[m]  # a metadata mutation bumps the version counter too
-        if (reader := _may_save(nodes, base, root, epilogue, duplicated, requires_grad)) is not None:
+        reader = _may_save(nodes, base, root, epilogue, duplicated, requires_grad)
+        if reader is None and _saves_its_result_and_is_read_after(nodes, m, base, root, epilogue, requires_grad):
+            reader = base  # sigmoid, exp...: the backward reads the very tensor the epilogue writes
+        if reader is not None:
             what = "graph input" if base.op == "placeholder" else "intermediate"
             return (
                 f"{m.name} writes to {what} {base.name} after the views are taken, and {reader.name} "
@@ -353,6 +357,31 @@ def _unreplayable_mutation(
                 "it, for backward"
             )
     return None
+
+
+def _saves_its_result_and_is_read_after(
+    nodes: list[fx.Node],
+    m: fx.Node,
+    base: fx.Node,
+    root: dict[fx.Node, fx.Node],
+    epilogue: set[fx.Node],
+    requires_grad: set[fx.Node],
+) -> bool:
+    """The op producing ``base`` saves its result, and something reads the base after the write ``m``.
+
+    Views taken before the write raise eager's lazy error on their ``grad_fn`` before any backward reaches the
+    producer (``outs = y.split(2); y.mul_(2); return outs``); only a read after it leads backward there.
+    """
+    if base not in requires_grad or base in epilogue or not graph_ops.backward_reads_its_result(base):
+        return False
+    position = nodes.index(m)
+    after = nodes[position + 1 :]
+    fresh = {n for n in after if root.get(n) is base}  # aliases taken after the write
+    return any(
+        any(i is m or i is base or i in fresh for i in n.all_input_nodes)
+        for n in after
+        if not (graph_ops.mutated_input(n) is not None and n in epilogue and not n.users)
+    )
 
 
 def _may_save(
@@ -369,8 +398,6 @@ def _may_save(
     whose backward reads no input (``add``, ``mul`` by a number, ``sum``, views...) need none, so everything
     downstream of ``base`` through them is checked in turn.
     """
-    if base in requires_grad and base not in epilogue and graph_ops.backward_reads_its_result(base):
-        return base  # sigmoid, exp...: the backward reads the very tensor the epilogue writes
     reached = {base}
     for n in nodes:
         if (n in epilogue and n not in duplicated) or n.op != "call_function":
