@@ -374,14 +374,10 @@ def _saves_its_result_and_is_read_after(
     """
     if base not in requires_grad or base in epilogue or not graph_ops.backward_reads_its_result(base):
         return False
-    position = nodes.index(m)
-    after = nodes[position + 1 :]
-    fresh = {n for n in after if root.get(n) is base}  # aliases taken after the write
-    return any(
-        any(i is m or i is base or i in fresh for i in n.all_input_nodes)
-        for n in after
-        if not (graph_ops.mutated_input(n) is not None and n in epilogue and not n.users)
-    )
+    after = nodes[nodes.index(m) + 1 :]
+    read = {m, base} | {n for n in after if root.get(n) is base}  # the write, the base, aliases taken after it
+    unread_writes = {n for n in after if n in epilogue and graph_ops.mutated_input(n) is not None and not n.users}
+    return any(i in read for n in after if n not in unread_writes for i in n.all_input_nodes)
 
 
 def _may_save(
@@ -462,15 +458,16 @@ def _no_grad_view_read_with_grad(
             continue
         if n.op != "call_function":
             continue
-        source = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
-        if graph_ops.is_view(n) or graph_ops.is_view_getitem(n):
+        is_view = graph_ops.is_view(n) or graph_ops.is_view_getitem(n)
+        if is_view:
+            source = n.args[0]
             if source in identities or (source in eager_requires_grad and graph_ops.may_return_self(n) and not grad):
                 identities.add(n)
                 eager_requires_grad.add(n)
             elif source in no_grad_views or (source in eager_requires_grad and not grad):
                 no_grad_views.add(n)
                 eager_requires_grad.add(n)
-        if not grad or n in epilogue or graph_ops.is_view(n) or graph_ops.is_view_getitem(n):
+        if not grad or n in epilogue or is_view:
             continue
         read = [i for i in n.all_input_nodes if i in no_grad_views or i in identities]
         if not read:
@@ -479,9 +476,9 @@ def _no_grad_view_read_with_grad(
         if n not in requires_grad or any(i in identities for i in read):
             return (
                 f"{n.name} ({graph_ops.op_name(n)}) reads {read[0].name}, taken under no_grad from a tensor that "
-                "requires grad: eager's result takes requires_grad (from an op that returns its input, gradients too) "
-                "from that tensor, the compiled region's "
-                "would not (Note [A view taken under no_grad keeps its base's requires_grad])"
+                "requires grad: eager's result takes requires_grad (from an op that returns its input, gradients "
+                "too) from that tensor, the compiled region's would not (Note [A view taken under no_grad keeps "
+                "its base's requires_grad])"
             )
     if ends_at_graph_break:
         outputs = [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]

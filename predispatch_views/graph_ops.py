@@ -87,15 +87,24 @@ def returns_its_input(node: fx.Node) -> bool:
     op = _overload(node)
     if op is None or op._schema.is_mutable or not node.args or not isinstance(node.args[0], fx.Node):
         return False
-    if op._schema.name.split("::")[-1] in _DROPOUTS:
+    if _name(op) in _DROPOUTS:
         p, train = [*node.args[1:3], None, None][:2]
         return p == 0 or train is False
-    value, first = node.meta.get("val"), node.args[0].meta.get("val")
-    return (
-        isinstance(value, torch.Tensor)
-        and isinstance(first, torch.Tensor)
-        and value.untyped_storage()._cdata == first.untyped_storage()._cdata
-    )
+    return _traced_pair(node) is not None
+
+
+def _traced_pair(node: fx.Node) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The traced value of ``node`` and of its first argument, when they share storage."""
+    value, first = node.meta.get("val"), node.args[0].meta.get("val")  # type: ignore[union-attr]
+    tensors = isinstance(value, torch.Tensor) and isinstance(first, torch.Tensor)
+    if tensors and value.untyped_storage()._cdata == first.untyped_storage()._cdata:
+        return value, first
+    return None
+
+
+def _name(op: Any) -> str:
+    """``aten::add_`` -> ``add_``."""
+    return op._schema.name.split("::")[-1]
 
 
 def may_return_self(node: fx.Node) -> bool:
@@ -110,15 +119,11 @@ def may_return_self(node: fx.Node) -> bool:
         return False
     if op._schema.arguments[0].alias_info is None:
         return True
-    value, first = node.meta.get("val"), node.args[0].meta.get("val")  # type: ignore[union-attr]
-    return (
-        isinstance(value, torch.Tensor)
-        and isinstance(first, torch.Tensor)
-        and value.untyped_storage()._cdata == first.untyped_storage()._cdata
-        and value.storage_offset() == first.storage_offset()
-        and value.shape == first.shape
-        and value.stride() == first.stride()
-    )
+    if (pair := _traced_pair(node)) is None:
+        return False
+    value, first = pair
+    geometry = (first.storage_offset(), first.shape, first.stride())
+    return (value.storage_offset(), value.shape, value.stride()) == geometry  # symbolic sizes: no hashing
 
 
 # Ops whose derivative is constant: their backward reads no input value, so nothing is saved for it.
@@ -145,7 +150,7 @@ def backward_reads_no_input(node: fx.Node) -> bool:
     op = _overload(node)
     if op is None:
         return False
-    name = op._schema.name.split("::")[-1].rstrip("_")  # add_ is add
+    name = _name(op).rstrip("_")  # add_ is add
     if name in _LINEAR:
         return True
     tensors = [isinstance(a, fx.Node) for a in node.args]
@@ -185,7 +190,7 @@ _READS_RESULT = {
 
 def backward_reads_its_result(node: fx.Node) -> bool:
     op = _overload(node)
-    return op is not None and op._schema.name.split("::")[-1].rstrip("_") in _READS_RESULT
+    return op is not None and _name(op).rstrip("_") in _READS_RESULT
 
 
 def is_random(node: fx.Node) -> bool:
@@ -230,7 +235,7 @@ def is_metadata_mutation(node: fx.Node) -> bool:
 
 def out_of_place(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     """The op with the same arguments that does not write: t_ -> t, transpose_ -> transpose.int, add_ -> add."""
-    name = op._schema.name.split("::")[-1]
+    name = _name(op)
     packet = getattr(aten, name.rstrip("_"), None)
     if not name.endswith("_") or packet is None:
         return None
@@ -248,7 +253,7 @@ def is_data_mutation(node: fx.Node) -> bool:
 
 def is_storage_mutation(node: fx.Node) -> bool:
     op = _overload(node)
-    return op is not None and op._schema.name.split("::")[-1] in _STORAGE_MUTATIONS
+    return op is not None and _name(op) in _STORAGE_MUTATIONS
 
 
 def is_sym(node: fx.Node) -> bool:
