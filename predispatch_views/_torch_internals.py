@@ -32,7 +32,9 @@ Relied on:
 - ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
 - ``GraphModule.compile_subgraph_reason.user_stack`` and ``gm.meta["dynamo_compile_id"]``, which Dynamo's
   OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names;
-  ``compile_subgraph_reason.graph_break``: Dynamo resumes after the graph (analysis.py needs it).
+  ``compile_subgraph_reason.graph_break``: Dynamo resumes after the graph, and
+  ``torch._dynamo.resume_execution.TORCH_DYNAMO_RESUME_IN_PREFIX``, the name of the resume functions Dynamo
+  compiles after a graph break (analysis.py needs both).
 - ``torch._C._autograd._get_creation_meta``, ``_set_creation_meta`` and ``CreationMeta``, the
   ``torch._C._functionalization`` ViewMeta classes (``unbind_int_ViewMeta``, ``split_Tensor_ViewMeta``,
   ``split_with_sizes_ViewMeta``: their ``as_tuple()`` layout) and ``apply_view_meta_sequence``: the
@@ -82,6 +84,7 @@ __all__ = [
     "make_fx",
     "multi_output_view_optimization_disabled",
     "slice_output_regeneration",
+    "starts_after_graph_break",
     "to_fun",
     "trace_pre_dispatch",
     "two_tensor_class",
@@ -151,6 +154,14 @@ def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
 def ends_at_graph_break(gm: Any) -> bool:
     """Whether Dynamo compiled ``gm`` at a graph break, so a resume function gets its outputs."""
     return bool(getattr(getattr(gm, "compile_subgraph_reason", None), "graph_break", False))
+
+
+def starts_after_graph_break(gm: Any) -> bool:
+    """Whether Dynamo compiled ``gm`` from a resume function: its inputs may be an earlier graph's outputs."""
+    from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX
+
+    origin = dynamo_graph_origin(gm)
+    return origin is not None and origin[0].startswith(TORCH_DYNAMO_RESUME_IN_PREFIX)
 
 
 def lookup_backend(name: str) -> Callable[..., Any]:

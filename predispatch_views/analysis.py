@@ -44,6 +44,18 @@ fall back:
   write (views taken before it raise eager's lazy error first): eager raises then as well, but its message
   names the node that saved the tensor, which the compiled backward's cannot.
 
+Note [Inputs that alias each other]
+Inputs that share a storage (``c, d = base[:-1], base[1:]``) are views of a base the graph does not see; the rules
+above treat them as one base (``root``, the first of them). A write to one of them can be placed either way:
+replayed in eager as a write through a view (rule 2: the epilogue's views then see eager's own ``CopySlices``),
+or kept in the core, which AOTAutograd functionalizes against a synthetic base. The choice must not depend on
+the inputs' order, which differs between entry points (Dynamo orders inputs by first use, compile_function by
+the signature): kept in the core, the write puts the core's one opaque backward on the path of the outputs
+viewing it, and that backward writes a zero gradient into any other written input's history where eager leaves
+None (fuzzer s31_409: the backend replayed the write, compile_function did not). So the replay placement is
+tried first for every such input, and the core placement only when the replay plan must fall back (the core
+reads an alias after the write, or may save it).
+
 Note [A view taken under no_grad keeps its base's requires_grad]
 Eager answers ``requires_grad`` of a view from its base: ``with torch.no_grad(): v = x.expand(...)`` gives a
 ``v`` that requires grad when ``x`` does, with no ``grad_fn`` and no gradient edge (CreationMeta NO_GRAD_MODE;
@@ -57,10 +69,15 @@ A graph that ends at a graph break and returns a NO_GRAD_MODE view falls back to
 between the graphs writes the view's base in place (``a.unsqueeze_(2)`` is such a break), eager forbids reading
 the view's ``grad_fn``, and Dynamo reads ``is_leaf`` when it wraps the view as an input of the next graph
 (``fake_tensor.from_real_tensor``), so it would crash where eager runs; stock returns a view autograd allows.
+The graph Dynamo resumes with falls back too when it returns a NO_GRAD_MODE view of one of its inputs: that input
+may be the fallen-back graph's output, stock's view, which autograd lets the caller write in place where eager's
+would not; eager's no_grad view of it then refuses its ``grad_fn``, stock's does not (fuzzer s31_447). Each graph
+is compiled alone, so the rule cannot ask whether the graph before fell back.
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -85,6 +102,17 @@ class EpilogueSelection:
 
 
 @dataclass(frozen=True)
+class GraphBreaks:
+    """Where Dynamo split the user's function around a graph (neither, outside Dynamo)."""
+
+    before: bool = False  # the graph is a resume function's: its inputs may be an earlier graph's outputs
+    after: bool = False  # the graph ends at a graph break: a resume function gets its outputs
+
+
+NO_GRAPH_BREAKS = GraphBreaks()
+
+
+@dataclass(frozen=True)
 class Fallback:
     reason: str
 
@@ -95,15 +123,41 @@ def select_epilogue(
     grad_enabled: bool,
     input_alias_groups: Sequence[int] | None = None,
     input_requires_grad: Sequence[bool] | None = None,
-    ends_at_graph_break: bool = False,
+    graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
 ) -> EpilogueSelection | Fallback:
     """Pick the epilogue of a pre-dispatch graph; see Note [Which nodes the epilogue replays].
 
     ``input_alias_groups[i]`` is the index of the first input sharing input i's storage: inputs that alias each
     other are one base for the rules below (a mutation of one after a view of the other is replayed in eager).
     ``input_requires_grad[i]`` says whether input i requires grad (the traced values do not record it).
-    ``ends_at_graph_break``: Dynamo resumes after this graph and wraps its outputs as the next graph's inputs.
+    ``graph_breaks``: where Dynamo split the user's function around this graph.
     """
+    args = (gm, grad_enabled, input_alias_groups, input_requires_grad, graph_breaks)
+    selection = _select(*args, replay_aliased_input_writes=True)
+    if isinstance(selection, Fallback) and _writes_an_aliased_input(gm, input_alias_groups):
+        # Note [Inputs that alias each other]: the other placement may replay what this one cannot.
+        in_core = _select(*args, replay_aliased_input_writes=False)
+        if not isinstance(in_core, Fallback):
+            return in_core
+    return selection
+
+
+def _writes_an_aliased_input(gm: fx.GraphModule, input_alias_groups: Sequence[int] | None) -> bool:
+    groups = collections.Counter(input_alias_groups or ())
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    aliased = {placeholders[i] for i, first in enumerate(input_alias_groups or ()) if groups[first] > 1}
+    return any(graph_ops.mutated_input(n) in aliased for n in gm.graph.nodes)
+
+
+def _select(
+    gm: fx.GraphModule,
+    grad_enabled: bool,
+    input_alias_groups: Sequence[int] | None,
+    input_requires_grad: Sequence[bool] | None,
+    graph_breaks: GraphBreaks,
+    *,
+    replay_aliased_input_writes: bool,
+) -> EpilogueSelection | Fallback:
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     root = _alias_roots(nodes, input_alias_groups)
@@ -115,6 +169,9 @@ def select_epilogue(
             return Fallback(f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})")
 
     sym_from_inputs = _sym_from_inputs(nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    group_sizes = collections.Counter(root[p] for p in placeholders)
+    aliased_inputs = {p for p in placeholders if group_sizes[root[p]] > 1}
     epilogue: set[fx.Node] = set()
 
     def replayable(n: fx.Node) -> bool:
@@ -123,7 +180,11 @@ def select_epilogue(
         target = graph_ops.mutated_input(n)
         if target is None:
             return False
-        return graph_ops.is_metadata_mutation(n) or root[target] is not target
+        if graph_ops.is_metadata_mutation(n):
+            return True
+        if target in aliased_inputs:  # Note [Inputs that alias each other]
+            return replay_aliased_input_writes
+        return root[target] is not target  # a write through a view
 
     def pull(start: fx.Node) -> None:
         stack = [start]
@@ -187,7 +248,7 @@ def select_epilogue(
     requires_grad = _requires_grad(nodes, grad_enabled, input_requires_grad)
     if (reason := _unreplayable_mutation(nodes, root, epilogue, duplicated, requires_grad)) is not None:
         return Fallback(reason)
-    reason = _no_grad_view_read_with_grad(nodes, epilogue, grad_enabled, requires_grad, ends_at_graph_break)
+    reason = _no_grad_view_read_with_grad(nodes, epilogue, grad_enabled, requires_grad, graph_breaks)
     if reason is not None:
         return Fallback(reason)
 
@@ -445,12 +506,13 @@ def _no_grad_view_read_with_grad(
     epilogue: set[fx.Node],
     grad_enabled: bool,
     requires_grad: set[fx.Node],
-    ends_at_graph_break: bool,
+    graph_breaks: GraphBreaks,
 ) -> str | None:
     """Note [A view taken under no_grad keeps its base's requires_grad]."""
     no_grad_views: set[fx.Node] = set()  # CreationMeta NO_GRAD_MODE, base requires grad
     identities: set[fx.Node] = set()  # the input itself, returned under no_grad
     eager_requires_grad = set(requires_grad)
+    viewed: dict[fx.Node, fx.Node] = {}  # a view -> the value its chain of views starts from
     grad = grad_enabled
     for n in nodes:
         if graph_ops.is_grad_mode_change(n):
@@ -461,6 +523,7 @@ def _no_grad_view_read_with_grad(
         is_view = graph_ops.is_view(n) or graph_ops.is_view_getitem(n)
         if is_view:
             source = n.args[0]
+            viewed[n] = viewed.get(source, source)  # type: ignore[arg-type]
             if source in identities or (source in eager_requires_grad and graph_ops.may_return_self(n) and not grad):
                 identities.add(n)
                 eager_requires_grad.add(n)
@@ -480,16 +543,24 @@ def _no_grad_view_read_with_grad(
                 "too) from that tensor, the compiled region's would not (Note [A view taken under no_grad keeps "
                 "its base's requires_grad])"
             )
-    if ends_at_graph_break:
-        outputs = [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
-        for k, n in enumerate(outputs):
-            if n in no_grad_views:
-                return (
-                    f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "
-                    "the graph ends at a graph break: Dynamo would crash wrapping it for the next graph if its "
-                    "base is written in place in between (Note [A view taken under no_grad keeps its base's "
-                    "requires_grad])"
-                )
+    outputs = [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
+    for k, n in enumerate(outputs):
+        if n not in no_grad_views:
+            continue
+        if graph_breaks.after:
+            return (
+                f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "
+                "the graph ends at a graph break: Dynamo would crash wrapping it for the next graph if its "
+                "base is written in place in between (Note [A view taken under no_grad keeps its base's "
+                "requires_grad])"
+            )
+        if graph_breaks.before and (source := viewed.get(n)) is not None and source.op == "placeholder":
+            return (
+                f"output {k} ({n.name}) is a view taken under no_grad of input {source.name}, which requires "
+                "grad, in a graph Dynamo resumed after a graph break: where the graph before fell back, that "
+                "input is stock's view, which the caller may write in place, and eager's view of it would then "
+                "refuse its grad_fn (Note [A view taken under no_grad keeps its base's requires_grad])"
+            )
     return None
 
 

@@ -103,6 +103,17 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "the graph ends at a graph break",
     ),
     FallbackReason(
+        "a graph Dynamo resumed after a graph break that returns a view taken under no_grad of one of its inputs",
+        "`output <k> (<view>) is a view taken under no_grad of input <input>, which requires grad, in a graph "
+        "Dynamo resumed after a graph break: where the graph before fell back, that input is stock's view, which "
+        "the caller may write in place, and eager's view of it would then refuse its grad_fn`",
+        "each graph is compiled alone: when the graph before the break fell back (the rule above), the input is "
+        "stock's view, and a faithful no_grad view of it raises on grad_fn after a write stock's answers (fuzzer "
+        "s31_447). Same Note.",
+        "analysis.py",
+        "in a graph Dynamo resumed after a graph break",
+    ),
+    FallbackReason(
         "a base the epilogue views that the compiled region writes through a view covering all of it",
         "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views <base>: "
         "AOTAutograd would return it as an alias of its own base`",

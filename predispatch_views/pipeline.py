@@ -35,7 +35,7 @@ from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _torch_internals as ti
-from .analysis import EpilogueSelection, Fallback, select_epilogue
+from .analysis import NO_GRAPH_BREAKS, EpilogueSelection, Fallback, GraphBreaks, select_epilogue
 from .functionalize import functionalize_preserving_views
 from .labels import graph_label
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
@@ -98,7 +98,7 @@ def compile_captured(
     strict: bool = False,
     compile_core: bool = True,
     stock_fallback: bool = True,
-    ends_at_graph_break: bool = False,
+    graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
 ) -> CompiledProgram:
     """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture).
 
@@ -115,7 +115,7 @@ def compile_captured(
             grad_enabled=grad_enabled,
             input_alias_groups=input_alias_groups(example_inputs),
             input_requires_grad=[isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs],
-            ends_at_graph_break=ends_at_graph_break,
+            graph_breaks=graph_breaks,
         )
         if isinstance(selection, Fallback):
             reason = selection.reason
@@ -205,7 +205,7 @@ def _compile_dynamo_graph(
         inner,
         fallback_graph=gm,
         strict=strict,
-        ends_at_graph_break=ti.ends_at_graph_break(gm),
+        graph_breaks=GraphBreaks(before=ti.starts_after_graph_break(gm), after=ti.ends_at_graph_break(gm)),
     )
 
 

@@ -556,3 +556,75 @@ def test_a_write_of_a_result_its_op_saved_raises_eagers_message() -> None:
         errors.append(str(info.value))
     assert errors[1] == errors[0] and "which is output 0 of" in errors[0]
     assert any("of the compiled region may save it" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
+
+
+def writes_to_aliased_inputs(c: torch.Tensor, d: torch.Tensor, e: torch.Tensor, f: torch.Tensor) -> Any:
+    t0 = f.reshape(f.shape)  # fuzzer s31_409: Dynamo's input order puts f before e, the signature does not
+    e.mul_(2.0)
+    c.add_(1.0)
+    t1 = d.mul(-0.5)
+    return e.unbind(0)
+
+
+def writes_to_aliased_inputs_first_use_e(c: torch.Tensor, d: torch.Tensor, e: torch.Tensor, f: torch.Tensor) -> Any:
+    t0 = e.reshape(e.shape)  # the same, with e before f in both orders
+    t1 = f.sum()
+    e.mul_(2.0)
+    c.add_(1.0)
+    t2 = d.mul(-0.5)
+    return e.unbind(0)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize("fn", [writes_to_aliased_inputs, writes_to_aliased_inputs_first_use_e])
+def test_a_write_to_an_aliased_input_is_placed_whatever_the_input_order(entry: str, fn: Callable[..., Any]) -> None:
+    """Note [Inputs that alias each other]: c's base gets no gradient in eager (the outputs view e only); a core
+    that also writes e would hand c's history a zero gradient from its one backward."""
+
+    def run(f: Callable[..., Any]) -> tuple[list[Any], list[str]]:
+        bases = [_rg(3, 1)()[0], _rg(4, 1)()[0]]
+        c_source, e_source = bases[0].mul(1), bases[1].mul(1)
+        outs = f(c_source[:-1], c_source[1:], e_source[:-1], e_source[1:])
+        sum(o.sum() for o in outs).backward()
+        return [b.grad for b in bases], [type(o.grad_fn).__name__ for o in outs]
+
+    pv.FALLBACKS.clear()
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager")) if entry == "backend" else pv.compile_function(fn)
+    (grads, grad_fns), (eager_grads, eager_grad_fns) = run(compiled), run(fn)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    assert grads[0] is None and eager_grads[0] is None
+    torch.testing.assert_close(grads[1], eager_grads[1])
+    assert grad_fns == eager_grad_fns == ["UnbindBackward0"] * 3
+
+
+def no_grad_views_on_both_sides_of_a_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s31_447
+    with torch.no_grad():
+        t0 = a.t()
+    t1 = t0.select(1, 1)
+    a.unsqueeze_(2)
+    with torch.no_grad():
+        t2 = t1.select(0, 0)
+    t3 = t2.expand_as(t2)
+    return t1, t2, t3, b
+
+
+def test_the_graph_resumed_after_a_fallen_back_graph_falls_back_too() -> None:
+    """The first graph falls back (its output crosses the break), so the caller gets stock's t1 and may write
+    it in place; a faithful no_grad view t2 of it then refuses its grad_fn, where stock's answers."""
+
+    def write_first_then_read_grad_fns(f: Callable[..., Any]) -> list[Any]:
+        torch._dynamo.reset()
+        outs = f(_rg_nonleaf(3, 2)()[0], _rg_nonleaf(1)()[0])
+        outs[0].mul_(2)  # allowed on stock's view (eager refuses it)
+        return outcome(lambda: [type(o.grad_fn).__name__ for o in outs])
+
+    pv.FALLBACKS.clear()
+    actual = write_first_then_read_grad_fns(
+        torch.compile(no_grad_views_on_both_sides_of_a_graph_break, backend=pv.backend("aot_eager"))
+    )
+    reasons = [r for _, r in pv.FALLBACKS]
+    stock = write_first_then_read_grad_fns(
+        torch.compile(no_grad_views_on_both_sides_of_a_graph_break, backend="aot_eager")
+    )
+    assert actual == stock and actual[0] == "ok", (actual, stock)
+    assert any("in a graph Dynamo resumed after a graph break" in r for r in reasons), reasons
