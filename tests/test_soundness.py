@@ -628,3 +628,28 @@ def test_the_graph_resumed_after_a_fallen_back_graph_falls_back_too() -> None:
     )
     assert actual == stock and actual[0] == "ok", (actual, stock)
     assert any("in a graph Dynamo resumed after a graph break" in r for r in reasons), reasons
+
+
+def returns_a_no_grad_view(a: torch.Tensor) -> Any:
+    with torch.no_grad():
+        t0 = a.t()
+    return t0.select(1, 1), a
+
+
+def views_its_input_under_no_grad(t1: torch.Tensor) -> Any:
+    with torch.no_grad():
+        t2 = t1.select(0, 0)
+    return t2.sin()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (design/04 § Known limits, eager's lazy errors met by Dynamo): Dynamo reads is_leaf of the "
+    "faithful no_grad view when it wraps it for the second function, which raises once its base was written",
+)
+def test_a_no_grad_view_passed_to_another_compiled_function_after_its_base_is_written() -> None:
+    first = torch.compile(returns_a_no_grad_view, backend=pv.backend("aot_eager"))
+    second = torch.compile(views_its_input_under_no_grad, backend=pv.backend("aot_eager"))
+    t1, a = first(_rg_nonleaf(3, 2)()[0])
+    a.unsqueeze_(2)
+    second(t1)  # eager and stock run
