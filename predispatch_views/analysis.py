@@ -134,7 +134,8 @@ def select_epilogue(
     """
     args = (gm, grad_enabled, input_alias_groups, input_requires_grad, graph_breaks)
     selection = _select(*args, replay_aliased_input_writes=True)
-    if isinstance(selection, Fallback) and _writes_an_aliased_input(gm, input_alias_groups):
+    aliased = _aliased_inputs(gm, input_alias_groups)
+    if isinstance(selection, Fallback) and any(graph_ops.mutated_input(n) in aliased for n in gm.graph.nodes):
         # Note [Inputs that alias each other]: the other placement may replay what this one cannot.
         in_core = _select(*args, replay_aliased_input_writes=False)
         if not isinstance(in_core, Fallback):
@@ -142,11 +143,11 @@ def select_epilogue(
     return selection
 
 
-def _writes_an_aliased_input(gm: fx.GraphModule, input_alias_groups: Sequence[int] | None) -> bool:
+def _aliased_inputs(gm: fx.GraphModule, input_alias_groups: Sequence[int] | None) -> set[fx.Node]:
+    """The inputs that share their storage with another input."""
     groups = collections.Counter(input_alias_groups or ())
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    aliased = {placeholders[i] for i, first in enumerate(input_alias_groups or ()) if groups[first] > 1}
-    return any(graph_ops.mutated_input(n) in aliased for n in gm.graph.nodes)
+    return {placeholders[i] for i, first in enumerate(input_alias_groups or ()) if groups[first] > 1}
 
 
 def _select(
@@ -169,9 +170,7 @@ def _select(
             return Fallback(f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})")
 
     sym_from_inputs = _sym_from_inputs(nodes)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    group_sizes = collections.Counter(root[p] for p in placeholders)
-    aliased_inputs = {p for p in placeholders if group_sizes[root[p]] > 1}
+    aliased_inputs = _aliased_inputs(gm, input_alias_groups)
     epilogue: set[fx.Node] = set()
 
     def replayable(n: fx.Node) -> bool:
