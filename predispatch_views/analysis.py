@@ -386,6 +386,18 @@ def _check_replay_order(
                 )
             if _taken_at(i, order) < order[before[-1]]:  # through views taken earlier too (found by the fuzzer)
                 return f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base"
+    # The converse: an E write that copies values (``t0.copy_(a)``) must not read them after a later core write
+    # of their base has run (fuzzer s43_876: ``t0.copy_(a); a.mul_(2)`` returned twice a).
+    core_writes = [m for m in nodes if m not in epilogue and graph_ops.is_data_mutation(m)]
+    for n in nodes:
+        if n not in epilogue or not graph_ops.is_data_mutation(n):
+            continue
+        for i in n.all_input_nodes:
+            if i is graph_ops.mutated_input(n):
+                continue
+            later = [m for m in core_writes if root.get(m) is root.get(i, i) and order[m] > order[n]]
+            if later:
+                return f"{n.name} reads {i.name}, whose base {later[0].name} of the compiled region writes afterwards"
     return None
 
 

@@ -53,6 +53,14 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "an alias taken before",
     ),
     FallbackReason(
+        "a write replayed in eager that copies values whose base the compiled code writes afterwards",
+        "`<node> reads <value>, whose base <mutation> of the compiled region writes afterwards`",
+        "the epilogue runs after the whole core, so it would copy the values the core's later write left "
+        "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`).",
+        "analysis.py",
+        "of the compiled region writes afterwards",
+    ),
+    FallbackReason(
         "compiled code that reads a value produced by a mutation replayed in eager",
         "`the compiled region reads <node>, produced by a mutation replayed in eager`",
         "the same ordering problem for a value derived from such a mutation.",

@@ -653,3 +653,21 @@ def test_a_no_grad_view_passed_to_another_compiled_function_after_its_base_is_wr
     t1, a = first(_rg_nonleaf(3, 2)()[0])
     a.unsqueeze_(2)
     second(t1)  # eager and stock run
+
+
+def copy_then_write_of_the_source(a: torch.Tensor) -> Any:  # fuzzer s43_876: returned twice a
+    t0 = a.mul(2.0)
+    t0.bernoulli_(0.5)
+    t0.copy_(a)
+    a.mul_(2.0)
+    return (t0,)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_replayed_copy_reads_its_source_before_a_later_compiled_write(entry: str) -> None:
+    pv.FALLBACKS.clear()
+    fn = copy_then_write_of_the_source
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager")) if entry == "backend" else pv.compile_function(fn)
+    a, b = torch.tensor([1.5, -2.0]), torch.tensor([1.5, -2.0])
+    torch.testing.assert_close(compiled(a)[0], fn(b)[0])
+    torch.testing.assert_close(a, b)
