@@ -250,6 +250,8 @@ def _select(
     reason = _no_grad_view_read_with_grad(nodes, epilogue, grad_enabled, requires_grad, graph_breaks)
     if reason is not None:
         return Fallback(reason)
+    if graph_breaks.after and (reason := _multi_output_view_at_graph_break(nodes, root, epilogue, requires_grad)):
+        return Fallback(reason)
 
     resolved: dict[fx.Node, fx.Node] = {}
     externals: list[fx.Node] = []
@@ -571,6 +573,34 @@ def _no_grad_view_read_with_grad(
                 "grad, in a graph Dynamo resumed after a graph break: where the graph before fell back, that "
                 "input is stock's view, which the caller may write in place, and eager's view of it would then "
                 "refuse its grad_fn (Note [A view taken under no_grad keeps its base's requires_grad])"
+            )
+    return None
+
+
+def _multi_output_view_at_graph_break(
+    nodes: list[fx.Node], root: dict[fx.Node, fx.Node], epilogue: set[fx.Node], requires_grad: set[fx.Node]
+) -> str | None:
+    """A replayed output of a multi-output view (or a view of one) that requires grad, in a graph ending at a graph
+    break, whose base the code between the graphs can reach: an input, or another output that is no such view.
+    Dynamo reads the view's ``grad_fn`` when it wraps it for the resume function, and if the break's own
+    instruction wrote that base in place (``c.t_()`` on an input breaks the graph; fuzzer s41_47), eager's view
+    refuses it: a crash inside the call where eager raises only if the caller reads ``grad_fn``, and stock, which
+    returns no view, runs. A base only the multi-output views themselves reach stays replayed (``q, k =
+    lin(x).chunk(2)`` before a ``print``): writing one of them in place is eager's own error, except under
+    no_grad, which a break instruction does not open.
+    """
+    multi_output_views: set[fx.Node] = set()
+    for n in nodes:
+        if graph_ops.is_view_getitem(n) or (graph_ops.is_view(n) and n.args[0] in multi_output_views):
+            multi_output_views.add(n)
+    outputs = [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
+    reachable = {root[n] for n in outputs if n not in multi_output_views} | {n for n in nodes if n.op == "placeholder"}
+    for k, n in enumerate(outputs):
+        if n in multi_output_views and n in epilogue and n in requires_grad and root[n] in reachable:
+            return (
+                f"output {k} ({n.name}) is a view from a multi-output view call, returned by a graph that stops "
+                "at a graph break: Dynamo would crash wrapping it for the next graph if the code between the "
+                f"graphs wrote its base {root[n].name} in place (eager refuses the grad_fn of such a view)"
             )
     return None
 

@@ -111,6 +111,19 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "the graph ends at a graph break",
     ),
     FallbackReason(
+        "a graph that ends at a graph break and returns a replayed view from a multi-output view call",
+        "`output <k> (<view>) is a view from a multi-output view call, returned by a graph that stops at a graph "
+        "break: Dynamo would crash wrapping it for the next graph if the code between the graphs wrote its base "
+        "<base> in place`",
+        "eager refuses the grad_fn of a multi-output view (CreationMeta MULTI_OUTPUT_NODE) once its base or another "
+        "view of it is written in place; Dynamo reads is_leaf when it wraps the view for the resume function, a "
+        "crash inside the call where eager raises only if the caller reads grad_fn (fuzzer s41_47: `c.t_()` after "
+        "`c.split(...)`); stock returns no view. Only where the code between the graphs can reach the base: an "
+        "input, or another output that is no multi-output view.",
+        "analysis.py",
+        "is a view from a multi-output view call, returned by a graph that stops",
+    ),
+    FallbackReason(
         "a graph Dynamo resumed after a graph break that returns a view taken under no_grad of one of its inputs",
         "`output <k> (<view>) is a view taken under no_grad of input <input>, which requires grad, in a graph "
         "Dynamo resumed after a graph break: where the graph before fell back, that input is stock's view, which "

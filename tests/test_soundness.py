@@ -538,6 +538,35 @@ def test_a_no_grad_view_crossing_a_graph_break_falls_back() -> None:
         torch.compile(no_grad_view_across_graph_break, backend=pv.backend("aot_eager", strict=True))(*inputs())
 
 
+def split_of_an_input_then_its_metadata_write(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
+    t1 = F.dropout(c, 0.5, False)  # fuzzer s41_47: Dynamo crashed in the call, eager and stock run
+    _t3, t4 = t1.narrow(1, 1, 2).split_with_sizes([1, 1], 1)
+    c.t_()  # a graph break (an in-place view of a graph input), run eagerly between the two graphs
+    return (t4,)
+
+
+def test_a_multi_output_view_of_an_input_crossing_a_graph_break_falls_back() -> None:
+    """t4 crosses the break; c.t_() between the graphs makes eager's Split view refuse its grad_fn, which Dynamo
+    reads to wrap it for the second graph. Eager raises that only where the caller reads grad_fn."""
+
+    def inputs() -> list[torch.Tensor]:
+        source = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_().mul(1)
+        return [torch.ones(4), source[:-1], source[1:]]
+
+    pv.FALLBACKS.clear()
+    actual = torch.compile(split_of_an_input_then_its_metadata_write, backend=pv.backend("aot_eager"))(*inputs())
+    reasons = [r for _, r in pv.FALLBACKS]
+    assert any("from a multi-output view call, returned by a graph that stops at a graph break" in r for r in reasons)
+    expected = split_of_an_input_then_its_metadata_write(*inputs())
+    torch.testing.assert_close(actual[0].detach(), expected[0].detach())
+    with pytest.raises(RuntimeError, match="Output 1 of SplitWithSizes is a view and its base"):
+        expected[0].grad_fn  # noqa: B018 - eager's lazy error, the one Dynamo hit
+    torch._dynamo.reset()
+    stock = torch.compile(split_of_an_input_then_its_metadata_write, backend="aot_eager")(*inputs())
+    assert [type(o.grad_fn).__name__ for o in actual] == [type(o.grad_fn).__name__ for o in stock]
+    assert actual[0]._base is stock[0]._base is None
+
+
 def saved_result_written_after_views(a: torch.Tensor) -> Any:  # fuzzer s32_65: backward error without the node
     t0 = a.sigmoid()
     t0.t_()
@@ -559,19 +588,19 @@ def test_a_write_of_a_result_its_op_saved_raises_eagers_message() -> None:
 
 
 def writes_to_aliased_inputs(c: torch.Tensor, d: torch.Tensor, e: torch.Tensor, f: torch.Tensor) -> Any:
-    t0 = f.reshape(f.shape)  # fuzzer s31_409: Dynamo's input order puts f before e, the signature does not
+    _t0 = f.reshape(f.shape)  # fuzzer s31_409: Dynamo's input order puts f before e, the signature does not
     e.mul_(2.0)
     c.add_(1.0)
-    t1 = d.mul(-0.5)
+    _t1 = d.mul(-0.5)
     return e.unbind(0)
 
 
 def writes_to_aliased_inputs_first_use_e(c: torch.Tensor, d: torch.Tensor, e: torch.Tensor, f: torch.Tensor) -> Any:
-    t0 = e.reshape(e.shape)  # the same, with e before f in both orders
-    t1 = f.sum()
+    _t0 = e.reshape(e.shape)  # the same, with e before f in both orders
+    _t1 = f.sum()
     e.mul_(2.0)
     c.add_(1.0)
-    t2 = d.mul(-0.5)
+    _t2 = d.mul(-0.5)
     return e.unbind(0)
 
 
