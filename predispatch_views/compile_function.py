@@ -192,6 +192,13 @@ def _compile(
     if (mutation := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
         what = f"{graph_ops.op_name(mutation)} of {graph_ops.mutated_input(mutation)}"
         return _eager(fn, f"a metadata mutation of an input ({what}) inside the function", strict, None)
+    if (mutation := _metadata_mutation_left_as_it_was(capture, tensors + capture.lifted)) is not None:
+        what = f"{graph_ops.op_name(mutation)} of {graph_ops.mutated_input(mutation)}"
+        reason = (
+            f"an input's metadata mutation ({what}) that leaves its size, stride and offset as they were: "
+            "AOTAutograd would drop it, and with it eager's version bump"
+        )
+        return _eager(fn, reason, strict, None)
 
     entry = _Entry(out_spec=out_specs[0])
     entry.lifted = [_getter(t, owners, state) for t in capture.lifted]
@@ -276,6 +283,30 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
             and any(root.get(i) in mutated for i in n.all_input_nodes)
         ):
             return next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
+    return None
+
+
+def _metadata_mutation_left_as_it_was(capture: FunctionCapture, example: list[torch.Tensor]) -> fx.Node | None:
+    """``b.transpose_(0, 2)`` of a ``(1, 1, 1)`` input, ``b.t_(); b.t_()``: eager bumps the version counter the
+    input shares with its aliases (their grad_fns regenerate, the tensors saved from them go stale), but
+    AOTAutograd compares the input's metadata before and after the function and, finding it unchanged, applies
+    nothing (fuzzer s41_188, where compile_function was below the backend: Dynamo breaks the graph there and
+    runs the mutation eagerly). The traced fake inputs hold the metadata after the function.
+    """
+    placeholders = list(capture.graph.graph.find_nodes(op="placeholder"))
+    for n in capture.graph.graph.nodes:
+        if not graph_ops.is_metadata_mutation(n) or graph_ops.is_storage_mutation(n):
+            continue
+        target = _returned_input(n)  # the input itself, through in-place calls on it
+        if target is None or placeholders.index(target) >= len(capture.inputs):  # not a lifted tensor's
+            continue
+        before, after = example[placeholders.index(target)], capture.inputs[placeholders.index(target)]
+        if (before.shape, before.stride(), before.storage_offset()) == (
+            after.shape,
+            after.stride(),
+            after.storage_offset(),
+        ):
+            return n
     return None
 
 

@@ -230,6 +230,17 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "a metadata mutation of an input",
     ),
     FallbackReason(
+        "compile_function only: a metadata mutation of an input that leaves its size, stride and offset as they were",
+        "`an input's metadata mutation (<op> of <input>) that leaves its size, stride and offset as they were: "
+        "AOTAutograd would drop it, and with it eager's version bump`",
+        "`b.transpose_(0, 2)` of a (1, 1, 1) input, or `b.t_()` twice: AOTAutograd compares metadata before and "
+        "after and applies nothing, so aliases of the input keep their grad_fn and tensors saved from them stay "
+        "fresh, where eager regenerates the one and refuses the backward of the other (fuzzer s41_188). Dynamo "
+        "graph-breaks at the same call.",
+        "compile_function.py",
+        "that leaves its size, stride and offset as they were",
+    ),
+    FallbackReason(
         "compile_function only: a function that rebinds a parameter or buffer of its module",
         "`the function rebinds <parameter or buffer> (a traced value would be kept)`",
         "the trace would store a fake value where the module keeps its state.",

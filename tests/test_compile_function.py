@@ -403,6 +403,34 @@ def test_program_whose_eager_backward_fails_raises_only_in_backward() -> None:
     assert any(reason in r for r in _new_fallbacks(before) for reason in reasons)
 
 
+def _transposes_a_size_one_input(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s41_188
+    b.transpose_(0, 2)  # (1, 1, 1): no visible change, but eager bumps the version a shares
+    return (a,)
+
+
+def _saves_then_transposes_twice(a: torch.Tensor, b: torch.Tensor) -> Any:
+    y = a.sin()  # saves a
+    b.t_()
+    b.t_()
+    return y, a
+
+
+@pytest.mark.parametrize("fn", [_transposes_a_size_one_input, _saves_then_transposes_twice])
+def test_metadata_mutation_that_changes_nothing_still_bumps_the_version(fn: Callable[..., Any]) -> None:
+    """AOTAutograd drops an input metadata mutation that leaves size and stride as they were; eager's version
+    bump regenerates the aliased input's grad_fn and makes tensors saved from it stale."""
+
+    def inputs() -> list[torch.Tensor]:
+        source = _x(2, 1, 1, 1).mul(1) if fn is _transposes_a_size_one_input else _x(2, 3, 3).mul(1)
+        return [source[0], source[1]]
+
+    before = len(pv.FALLBACKS)
+    outs_e, outs_c = fn(*inputs()), _compile(fn)(*inputs())
+    assert outcome(lambda: _backward(outs_c)) == outcome(lambda: _backward(outs_e))
+    assert [type(o.grad_fn).__name__ for o in outs_c] == [type(o.grad_fn).__name__ for o in outs_e]
+    assert any("leaves its size, stride and offset as they were" in r for r in _new_fallbacks(before))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training.
 # ---------------------------------------------------------------------------------------------------------
