@@ -586,8 +586,8 @@ def _multi_output_view_at_graph_break(
     instruction wrote that base in place (``c.t_()`` on an input breaks the graph; fuzzer s41_47), eager's view
     refuses it: a crash inside the call where eager raises only if the caller reads ``grad_fn``, and stock, which
     returns no view, runs. A base only the multi-output views themselves reach stays replayed (``q, k =
-    lin(x).chunk(2)`` before a ``print``): writing one of them in place is eager's own error, except under
-    no_grad, which a break instruction does not open.
+    lin(x).chunk(2)`` before a ``print``): writing one of them in place with grad enabled is eager's own error.
+    Not covered: the break's instruction writing one of them under no_grad (design/04, Known limits).
     """
     multi_output_views: set[fx.Node] = set()
     for n in nodes:
