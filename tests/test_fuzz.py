@@ -185,7 +185,7 @@ def test_fuzz_probes_see_planted_differences(wrap: Callable[..., Any], probe: st
     assert classify(reference, run_program(program, eager())).kind == "match"
 
 
-def testwrong_on_a_probe_finds_what_hides_behind_a_diverging_stock() -> None:
+def test_wrong_on_a_probe_finds_what_hides_behind_a_diverging_stock() -> None:
     program = _program(["t0 = a.mul(2.0)", "t1 = t0[0]"], ("t1", "t1"))
     reference = run_program(program, eager())
     prototype = run_program(program, _fake("prototype", _extra_draw))
@@ -194,6 +194,19 @@ def testwrong_on_a_probe_finds_what_hides_behind_a_diverging_stock() -> None:
     outcome = wrong_on_a_probe(reference, prototype, stock)
     assert outcome is not None and outcome.probe == "after_call"
     assert wrong_on_a_probe(reference, prototype, prototype) is None
+
+
+def test_the_process_runner_counts_the_diagnostic_rule() -> None:
+    """fuzz_s43_704 (a zero gradient from the core's one backward where stock's graph has none): the multi-process
+    runner's table once showed 0 in `wrong_on_a_probe` while listing the program below it."""
+    from predispatch_views.compare import fuzz_runner
+
+    strategies = fuzz_runner.strategies_for(["aot_eager"])
+    results = fuzz(1, 43, strategies, start=704, do_shrink=False)
+    row = fuzz_runner._row(results.programs[0][0].name, 43, 704, results)
+    table = fuzz_runner.summary([row], results.labels)
+    assert table["prototype[aot_eager]"]["wrong_on_a_probe"] == 1, row
+    assert table["stock[aot_eager]"]["wrong_on_a_probe"] == 0
 
 
 def test_a_crash_behind_a_divergence_in_the_same_probe_is_a_crash() -> None:
