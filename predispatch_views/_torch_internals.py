@@ -39,6 +39,8 @@ Relied on:
   ``torch._C._functionalization`` ViewMeta classes (``unbind_int_ViewMeta``, ``split_Tensor_ViewMeta``,
   ``split_with_sizes_ViewMeta``: their ``as_tuple()`` layout) and ``apply_view_meta_sequence``: the
   ``slice_regen`` strategy (pytorch PR #194037 emulated outside torch).
+- ``torch._guards.TracingContext.get_traced_code()``: the code objects Dynamo inlined into the graph it hands
+  the backend (capture.py finds an autograd.Function forward Dynamo inlined because nothing required grad).
 """
 
 from __future__ import annotations
@@ -154,6 +156,22 @@ def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
 def ends_at_graph_break(gm: Any) -> bool:
     """Whether Dynamo compiled ``gm`` at a graph break, so a resume function gets its outputs."""
     return bool(getattr(getattr(gm, "compile_subgraph_reason", None), "graph_break", False))
+
+
+def inlined_autograd_functions() -> list[str]:
+    """Custom autograd.Functions whose forward Dynamo inlined into the graph being compiled (it does so when no
+    input requires grad, instead of recording ``autograd_function_apply``)."""
+    from torch._guards import TracingContext
+
+    traced = set(TracingContext.get_traced_code() or ())
+    found, stack = [], list(torch.autograd.Function.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack += cls.__subclasses__()
+        forward = getattr(cls.forward, "__code__", None) if "forward" in cls.__dict__ else None  # a staticmethod
+        if forward in traced:
+            found.append(cls.__qualname__)
+    return sorted(found)
 
 
 def starts_after_graph_break(gm: Any) -> bool:

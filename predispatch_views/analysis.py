@@ -619,23 +619,30 @@ def _under_no_grad(nodes: list[fx.Node], grad_enabled: bool) -> set[fx.Node]:
 def _core_writes_through_a_view(
     nodes: list[fx.Node], root: dict[fx.Node, fx.Node], epilogue: set[fx.Node], externals: list[fx.Node]
 ) -> str | None:
-    """A base the epilogue views must come back from the core as a plain output. Written inside the core through
-    a view that covers all of it (``y.view(shape).add_(1)``, ``y.reshape(shape).sin_()``), AOTAutograd returns it
-    as an alias regenerated inside its autograd.Function (CreationMeta IN_CUSTOM_FUNCTION; found by the fuzzer),
-    and eager's in-place writes to the replayed views of it would be refused. Writes through a partial view
-    (``y[0].add_(1)``) come back as plain outputs.
+    """A base the epilogue views, or a value returned as it is, must come back from the core as a plain output.
+    Written inside the core through a view that covers all of it (``y.view(shape).add_(1)``,
+    ``y.unsqueeze(0).normal_()``), AOTAutograd returns it as an alias of the functional result it regenerates it
+    from: a view where eager's is none (fuzzer s53_155), and for a base the epilogue views, one made inside its
+    autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), whose replayed views eager's in-place writes would be
+    refused. Writes through a partial view (``y[0].add_(1)``) come back as plain outputs.
     """
-    bases = {n for n in externals if any(u in epilogue for u in n.users)}
+    viewed = {n for n in externals if any(u in epilogue for u in n.users)}
+    returned = {
+        n
+        for n in pytree.tree_leaves(nodes[-1].args[0])
+        if isinstance(n, fx.Node) and n in externals and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n))
+    }
     for m in nodes:
         target = graph_ops.mutated_input(m)
         if m in epilogue or target is None or not graph_ops.is_data_mutation(m):
             continue
-        for base in bases:
+        for base in viewed | returned:
             through_view = graph_ops.is_view(target) or graph_ops.is_view_getitem(target)
             if through_view and root.get(target) is root.get(base) and _numel(target) == _numel(base):
+                what = "the epilogue views it" if base in viewed else "returns it, which eager returns as no view"
                 return (
-                    f"the compiled region writes to {base.name} through a view ({m.name}), and the epilogue views "
-                    f"{base.name}: AOTAutograd would return it as an alias of its own base"
+                    f"the compiled region writes to {base.name} through a view ({m.name}), and {what}: "
+                    "AOTAutograd would return it as an alias of its own base"
                 )
     return None
 

@@ -52,6 +52,14 @@ def capture_limitation(gm: fx.GraphModule) -> str | None:
             return "an inference_mode region inside the graph (pre-dispatch tracing does not record it)"
         if n.target is ti.AUTOGRAD_FUNCTION_APPLY:
             return "a custom autograd.Function (pre-dispatch tracing inlines its forward and drops its backward)"
+    if inlined := ti.inlined_autograd_functions():
+        # Eager returns an input the forward gives back as a view of it (``view_as``), even without grad; the
+        # inlined graph returns the input itself (fuzzer s52_376, where stock's output was a view for another
+        # reason and matched).
+        return (
+            f"Dynamo inlined the forward of autograd.Function {', '.join(inlined)} (no input requires grad): an "
+            "input it returns would be the input itself, where eager's is a view of it"
+        )
     return None
 
 

@@ -192,11 +192,11 @@ def _compile(
     if (mutation := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
         what = f"{graph_ops.op_name(mutation)} of {graph_ops.mutated_input(mutation)}"
         return _eager(fn, f"a metadata mutation of an input ({what}) inside the function", strict, None)
-    if (mutation := _metadata_mutation_left_as_it_was(capture, tensors + capture.lifted)) is not None:
-        what = f"{graph_ops.op_name(mutation)} of {graph_ops.mutated_input(mutation)}"
+    if (mutation := _metadata_mutation_of_an_input_itself(capture.graph)) is not None:
+        what = f"{graph_ops.op_name(mutation)} of {_returned_input(mutation)}"
         reason = (
-            f"an input's metadata mutation ({what}) that leaves its size, stride and offset as they were: "
-            "AOTAutograd would drop it, and with it eager's version bump"
+            f"an input's own metadata mutation ({what}): Dynamo breaks the graph there, and AOTAutograd would "
+            "apply it after the compiled region in one step (or not at all), not with eager's version bumps"
         )
         return _eager(fn, reason, strict, None)
 
@@ -286,26 +286,16 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
     return None
 
 
-def _metadata_mutation_left_as_it_was(capture: FunctionCapture, example: list[torch.Tensor]) -> fx.Node | None:
-    """``b.transpose_(0, 2)`` of a ``(1, 1, 1)`` input, ``b.t_(); b.t_()``: eager bumps the version counter the
-    input shares with its aliases (their grad_fns regenerate, the tensors saved from them go stale), but
-    AOTAutograd compares the input's metadata before and after the function and, finding it unchanged, applies
-    nothing (fuzzer s41_188, where compile_function was below the backend: Dynamo breaks the graph there and
-    runs the mutation eagerly). The traced fake inputs hold the metadata after the function.
+def _metadata_mutation_of_an_input_itself(gm: fx.GraphModule) -> fx.Node | None:
+    """``b.squeeze_(0)``, ``b.transpose_(0, 2)`` on an input itself (not on a view of it). Dynamo breaks the graph
+    at such a call and runs it eagerly; AOTAutograd instead applies the input's final metadata after the compiled
+    region with one ``as_strided_``, or nothing where the metadata ends as it was. Eager's version bumps, which
+    the input shares with its aliases, then differ: an alias's grad_fn not regenerated (fuzzer s41_188), a
+    tensor AOTAutograd saved from an aliased input gone stale where eager's is not (s53_604), a zero gradient for
+    a base eager's graph never reaches (s52_634). Eager is the faithful answer, as it is under Dynamo.
     """
-    placeholders = list(capture.graph.graph.find_nodes(op="placeholder"))
-    for n in capture.graph.graph.nodes:
-        if not graph_ops.is_metadata_mutation(n) or graph_ops.is_storage_mutation(n):
-            continue
-        target = _returned_input(n)  # the input itself, through in-place calls on it
-        if target is None or placeholders.index(target) >= len(capture.inputs):  # not a lifted tensor's
-            continue
-        before, after = example[placeholders.index(target)], capture.inputs[placeholders.index(target)]
-        if (before.shape, before.stride(), before.storage_offset()) == (
-            after.shape,
-            after.stride(),
-            after.storage_offset(),
-        ):
+    for n in gm.graph.nodes:
+        if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n) and _returned_input(n):
             return n
     return None
 

@@ -135,12 +135,14 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "in a graph Dynamo resumed after a graph break",
     ),
     FallbackReason(
-        "a base the epilogue views that the compiled region writes through a view covering all of it",
-        "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views <base>: "
-        "AOTAutograd would return it as an alias of its own base`",
-        "AOTAutograd returns such a base as an alias regenerated inside its autograd.Function (CreationMeta "
-        "IN_CUSTOM_FUNCTION), so eager's in-place writes to the replayed views would be refused (found by the "
-        "fuzzer).",
+        "a base the epilogue views, or a value returned as it is, that the compiled region writes through a view "
+        "covering all of it",
+        "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views it` (or `and "
+        "returns it, which eager returns as no view`) `: AOTAutograd would return it as an alias of its own base`",
+        "AOTAutograd regenerates such a value as a view of the functional result: a view where eager returns none "
+        "(fuzzer s53_155, `t0.unsqueeze(0).normal_(); return t0`), and for a base the epilogue views, one made "
+        "inside its autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), so eager's in-place writes to the "
+        "replayed views would be refused (found by the fuzzer).",
         "analysis.py",
         "AOTAutograd would return it as an alias of its own base",
     ),
@@ -168,6 +170,17 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "forward instead of calling the user's backward.",
         "capture.py",
         "a custom autograd.Function (pre-dispatch tracing inlines",
+    ),
+    FallbackReason(
+        "a custom `autograd.Function` whose forward Dynamo inlined (no input required grad)",
+        "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns "
+        "would be the input itself, where eager's is a view of it`",
+        "without grad Dynamo traces the forward as plain code, so the graph no longer says that eager's apply "
+        "returns an unchanged input as a view of it (`view_as`, even without grad); the replay would return the "
+        "input itself (fuzzer s52_376, where stock's output happened to be a view). Found through "
+        "`TracingContext.get_traced_code()`.",
+        "capture.py",
+        "Dynamo inlined the forward of autograd.Function",
     ),
     FallbackReason(
         "a program the pre-dispatch capture cannot trace (compile_function then runs it eagerly)",
@@ -230,15 +243,15 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "a metadata mutation of an input",
     ),
     FallbackReason(
-        "compile_function only: a metadata mutation of an input that leaves its size, stride and offset as they were",
-        "`an input's metadata mutation (<op> of <input>) that leaves its size, stride and offset as they were: "
-        "AOTAutograd would drop it, and with it eager's version bump`",
-        "`b.transpose_(0, 2)` of a (1, 1, 1) input, or `b.t_()` twice: AOTAutograd compares metadata before and "
-        "after and applies nothing, so aliases of the input keep their grad_fn and tensors saved from them stay "
-        "fresh, where eager regenerates the one and refuses the backward of the other (fuzzer s41_188). Dynamo "
-        "graph-breaks at the same call.",
+        "compile_function only: a metadata mutation of an input itself (not of a view of it)",
+        "`an input's own metadata mutation (<op> of <input>): Dynamo breaks the graph there, and AOTAutograd would "
+        "apply it after the compiled region in one step (or not at all), not with eager's version bumps`",
+        "the version counter the input shares with its aliases then differs from eager's: an alias's grad_fn not "
+        "regenerated (`b.transpose_(0, 2)` of a (1, 1, 1) input leaves the metadata as it was; fuzzer s41_188), a "
+        "tensor AOTAutograd saved from an aliased input gone stale (s53_604), a zero gradient eager's graph never "
+        "gives (s52_634). Under Dynamo the call is a graph break and runs eagerly.",
         "compile_function.py",
-        "that leaves its size, stride and offset as they were",
+        "an input's own metadata mutation",
     ),
     FallbackReason(
         "compile_function only: a function that rebinds a parameter or buffer of its module",

@@ -105,15 +105,10 @@ FALLBACK_PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]], 
         lambda: [_arange(3, 4), torch.ones(2, 5)],
         "aten.set_.source_Tensor changes a tensor's storage",
     ),
+    # AOTAutograd would apply x.t_() after the region in one step, not with eager's version bumps; Dynamo breaks
+    # the graph there (fuzzer s41_188, s53_604, s52_634).
+    "transpose_input": (transpose_input_in_place, lambda: [_arange(3, 4)], "an input's own metadata mutation"),
 }
-
-
-def test_metadata_mutation_of_an_input_compiles_and_matches_eager() -> None:
-    """Not a fallback any more: the core keeps x.t_() and AOTAutograd applies it to the input, as for stock."""
-    compiled = pv.compile_function(transpose_input_in_place, inner="aot_eager", strict=True)
-    x_eager, x_compiled = _arange(3, 4), _arange(3, 4)
-    assert_same(compiled(x_compiled), transpose_input_in_place(x_eager))
-    assert x_compiled.shape == x_eager.shape and x_compiled.stride() == x_eager.stride()
 
 
 @pytest.mark.parametrize("name", sorted(FALLBACK_PROGRAMS))

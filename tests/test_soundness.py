@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import nn
 
 import predispatch_views as pv
@@ -565,6 +566,56 @@ def test_a_multi_output_view_of_an_input_crossing_a_graph_break_falls_back() -> 
     stock = torch.compile(split_of_an_input_then_its_metadata_write, backend="aot_eager")(*inputs())
     assert [type(o.grad_fn).__name__ for o in actual] == [type(o.grad_fn).__name__ for o in stock]
     assert actual[0]._base is stock[0]._base is None
+
+
+def returns_input_without_grad_then_breaks(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s52_376
+    t1 = b.tanh() * b
+    t1.unsqueeze_(1)
+    t3 = ReturnsInput.apply(t1)  # nothing requires grad: Dynamo inlines the forward, eager returns t1.view_as(t1)
+    t4 = t3.transpose(0, 1)
+    a.t_()  # a graph break
+    t4.mul(-0.5)
+    return (t3,)
+
+
+def test_an_autograd_function_dynamo_inlined_falls_back() -> None:
+    def inputs() -> list[torch.Tensor]:
+        return [torch.randn(1, 1, requires_grad=True).mul(1), torch.randn(3)]
+
+    pv.FALLBACKS.clear()
+    actual = torch.compile(returns_input_without_grad_then_breaks, backend=pv.backend("aot_eager"))(*inputs())
+    assert any("Dynamo inlined the forward of autograd.Function ReturnsInput" in r for _, r in pv.FALLBACKS)
+    torch._dynamo.reset()
+    stock = torch.compile(returns_input_without_grad_then_breaks, backend="aot_eager")(*inputs())
+    expected = returns_input_without_grad_then_breaks(*inputs())
+    assert actual[0]._is_view() == stock[0]._is_view() == expected[0]._is_view()
+
+
+def sampled_through_a_view_then_returned(a: torch.Tensor) -> Any:  # fuzzer s53_155
+    t0 = a.sin()
+    t0.unsqueeze(0).normal_()  # random: kept in the core, which regenerates t0 as a view of the sample
+    return t0, a.mul(2).unbind(0)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_value_written_through_a_full_view_in_the_core_is_returned_as_no_view(entry: str) -> None:
+    pv.FALLBACKS.clear()
+    fn = sampled_through_a_view_then_returned
+    backend = pv.backend("aot_eager")
+    compiled = pv.compile_function(fn) if entry == "compile_function" else torch.compile(fn, backend=backend)
+    torch.manual_seed(0)
+    actual = compiled(torch.randn(2, 3))
+    assert any("and returns it, which eager returns as no view" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
+    torch.manual_seed(0)
+    expected = fn(torch.randn(2, 3))
+    if entry == "compile_function":  # runs eagerly: eager's answer
+        assert actual[0]._is_view() is expected[0]._is_view() is False
+        torch.testing.assert_close(actual[0], expected[0])
+        assert [o._is_view() for o in actual[1]] == [o._is_view() for o in expected[1]]
+    else:  # stock's answer, which regenerates t0 as a view too
+        torch._dynamo.reset()
+        stock = torch.compile(fn, backend="aot_eager")(torch.randn(2, 3))
+        assert [o._is_view() for o in pytree.tree_leaves(actual)] == [o._is_view() for o in pytree.tree_leaves(stock)]
 
 
 def saved_result_written_after_views(a: torch.Tensor) -> Any:  # fuzzer s32_65: backward error without the node
