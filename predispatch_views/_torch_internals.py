@@ -158,7 +158,7 @@ def ends_at_graph_break(gm: Any) -> bool:
     return bool(getattr(getattr(gm, "compile_subgraph_reason", None), "graph_break", False))
 
 
-def inlined_autograd_functions() -> list[str]:
+def inlined_autograd_functions() -> list[type]:
     """Custom autograd.Functions whose forward Dynamo inlined into the graph being compiled (it does so when no
     input requires grad, instead of recording ``autograd_function_apply``)."""
     from torch._guards import TracingContext
@@ -170,8 +170,8 @@ def inlined_autograd_functions() -> list[str]:
         stack += cls.__subclasses__()
         forward = getattr(cls.forward, "__code__", None) if "forward" in cls.__dict__ else None  # a staticmethod
         if forward in traced:
-            found.append(cls.__qualname__)
-    return sorted(found)
+            found.append(cls)
+    return sorted(found, key=lambda c: c.__qualname__)
 
 
 def starts_after_graph_break(gm: Any) -> bool:

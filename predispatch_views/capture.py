@@ -8,6 +8,8 @@ eager builds eager's autograd node for it. See Note [Replaying pre-dispatch view
 from __future__ import annotations
 
 import contextlib
+import dis
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,7 +54,7 @@ def capture_limitation(gm: fx.GraphModule) -> str | None:
             return "an inference_mode region inside the graph (pre-dispatch tracing does not record it)"
         if n.target is ti.AUTOGRAD_FUNCTION_APPLY:
             return "a custom autograd.Function (pre-dispatch tracing inlines its forward and drops its backward)"
-    if inlined := ti.inlined_autograd_functions():
+    if inlined := [c.__qualname__ for c in ti.inlined_autograd_functions() if _may_return_an_input(c.forward)]:
         # Eager returns an input the forward gives back as a view of it (``view_as``), even without grad; the
         # inlined graph returns the input itself (fuzzer s52_376, where stock's output was a view for another
         # reason and matched).
@@ -61,6 +63,22 @@ def capture_limitation(gm: fx.GraphModule) -> str | None:
             "input it returns would be the input itself, where eager's is a view of it"
         )
     return None
+
+
+def _may_return_an_input(forward: Callable[..., Any]) -> bool:
+    """Whether ``forward`` may return one of its arguments as it is: ``return x``, or any tuple (read from the
+    bytecode, conservatively; ``return x.clone()`` does not)."""
+    code = getattr(forward, "__code__", None)
+    if code is None:
+        return True
+    arguments = set(code.co_varnames[: code.co_argcount])
+    instructions = list(dis.get_instructions(code))
+    for before, instruction in itertools.pairwise(instructions):
+        if instruction.opname == "RETURN_VALUE" and (
+            before.opname == "BUILD_TUPLE" or (before.opname == "LOAD_FAST" and before.argval in arguments)
+        ):
+            return True
+    return False
 
 
 def written_inputs(gm: fx.GraphModule) -> list[int]:

@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 import predispatch_views as pv
-from predispatch_views.compare.fuzz_program import ReturnsInput
+from predispatch_views.compare.fuzz_program import ReturnsInput, ScaledClone
 from tests.parity_utils import assert_same, observe, outcome
 
 
@@ -589,6 +589,19 @@ def test_an_autograd_function_dynamo_inlined_falls_back() -> None:
     stock = torch.compile(returns_input_without_grad_then_breaks, backend="aot_eager")(*inputs())
     expected = returns_input_without_grad_then_breaks(*inputs())
     assert actual[0]._is_view() == stock[0]._is_view() == expected[0]._is_view()
+
+
+def clone_function_without_grad(x: torch.Tensor) -> Any:
+    return ScaledClone.apply(x.mul(2)).unbind(0)
+
+
+def test_an_inlined_autograd_function_that_returns_no_input_keeps_the_replay() -> None:
+    """ScaledClone's forward returns a clone: inlining it changes nothing eager would show."""
+    pv.FALLBACKS.clear()
+    actual = torch.compile(clone_function_without_grad, backend=pv.backend("aot_eager"))(torch.randn(2, 3))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    expected = clone_function_without_grad(torch.randn(2, 3))
+    assert [o._is_view() for o in actual] == [o._is_view() for o in expected] == [True, True]
 
 
 def sampled_through_a_view_then_returned(a: torch.Tensor) -> Any:  # fuzzer s53_155
