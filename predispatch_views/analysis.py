@@ -288,7 +288,7 @@ def _unreproduced_output_alias(
     for n in externals:
         if isinstance(value := n.meta.get("val"), torch.Tensor) and any(u in epilogue for u in n.users):
             owners.setdefault(_storage(value), (n, f"{n.name}, which the epilogue views"))
-    outputs = dict.fromkeys(a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node))
+    outputs = dict.fromkeys(_output_nodes(nodes))
     for k, n in enumerate(outputs):
         value = n.meta.get("val")
         if not isinstance(value, torch.Tensor) or n.op == "placeholder" or n in epilogue or n in resolved:
@@ -300,6 +300,11 @@ def _unreproduced_output_alias(
                 "the epilogue can replay produces it"
             )
     return None
+
+
+def _output_nodes(nodes: list[fx.Node]) -> list[fx.Node]:
+    """The nodes the graph returns, in order (a node returned twice appears twice)."""
+    return [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
 
 
 def _numel(n: fx.Node) -> int | None:
@@ -556,7 +561,7 @@ def _no_grad_view_read_with_grad(
                 "too) from that tensor, the compiled region's would not (Note [A view taken under no_grad keeps "
                 "its base's requires_grad])"
             )
-    outputs = [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
+    outputs = _output_nodes(nodes)
     for k, n in enumerate(outputs):
         if n not in no_grad_views:
             continue
@@ -593,7 +598,7 @@ def _multi_output_view_at_graph_break(
     for n in nodes:
         if graph_ops.is_view_getitem(n) or (graph_ops.is_view(n) and n.args[0] in multi_output_views):
             multi_output_views.add(n)
-    outputs = [a for a in pytree.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
+    outputs = _output_nodes(nodes)
     reachable = {root[n] for n in outputs if n not in multi_output_views} | {n for n in nodes if n.op == "placeholder"}
     for k, n in enumerate(outputs):
         if n in multi_output_views and n in epilogue and n in requires_grad and root[n] in reachable:
@@ -629,16 +634,18 @@ def _core_writes_through_a_view(
     viewed = {n for n in externals if any(u in epilogue for u in n.users)}
     returned = {
         n
-        for n in pytree.tree_leaves(nodes[-1].args[0])
-        if isinstance(n, fx.Node) and n in externals and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n))
+        for n in _output_nodes(nodes)
+        if n in externals and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n))
     }
+    bases = viewed | returned
     for m in nodes:
         target = graph_ops.mutated_input(m)
         if m in epilogue or target is None or not graph_ops.is_data_mutation(m):
             continue
-        for base in viewed | returned:
-            through_view = graph_ops.is_view(target) or graph_ops.is_view_getitem(target)
-            if through_view and root.get(target) is root.get(base) and _numel(target) == _numel(base):
+        if not (graph_ops.is_view(target) or graph_ops.is_view_getitem(target)):
+            continue
+        for base in bases:
+            if root.get(target) is root.get(base) and _numel(target) == _numel(base):
                 what = "the epilogue views it" if base in viewed else "returns it, which eager returns as no view"
                 return (
                     f"the compiled region writes to {base.name} through a view ({m.name}), and {what}: "

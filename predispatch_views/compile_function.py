@@ -189,15 +189,7 @@ def _compile(
     if rebound:
         return _eager(fn, f"the function rebinds {rebound} (a traced value would be kept)", strict, None)
 
-    if (mutation := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
-        what = f"{graph_ops.op_name(mutation)} of {graph_ops.mutated_input(mutation)}"
-        return _eager(fn, f"a metadata mutation of an input ({what}) inside the function", strict, None)
-    if (mutation := _metadata_mutation_of_an_input_itself(capture.graph)) is not None:
-        what = f"{graph_ops.op_name(mutation)} of {_returned_input(mutation)}"
-        reason = (
-            f"an input's own metadata mutation ({what}): Dynamo breaks the graph there, and AOTAutograd would "
-            "apply it after the compiled region in one step (or not at all), not with eager's version bumps"
-        )
+    if (reason := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
         return _eager(fn, reason, strict, None)
 
     entry = _Entry(out_spec=out_specs[0])
@@ -262,11 +254,17 @@ def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source
     return sources
 
 
-def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) -> fx.Node | None:
-    """``x.t_()``, ``x.unsqueeze_(1)`` on an input (or a view of one), followed by a differentiable op that may
-    save that input: AOTAutograd applies the mutation after the compiled region, so the saved input is at a newer
-    version than it saved, a backward error eager does not raise (found by the fuzzer). Under Dynamo the same
-    program graph-breaks at the mutation; here eager is the faithful answer.
+def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) -> str | None:
+    """Why a metadata mutation (``x.t_()``, ``x.unsqueeze_(1)``) of an input makes the function run eagerly, as
+    Dynamo breaks the graph at the same call. AOTAutograd applies an input's final metadata after the compiled
+    region with one ``as_strided_``, or nothing where it ends as it was, so eager's version bumps, which the input
+    shares with its aliases, differ:
+
+    - on the input itself, always: an alias's grad_fn not regenerated (fuzzer s41_188), a tensor AOTAutograd saved
+      from an aliased input gone stale where eager's is not (s53_604), a zero gradient for a base eager's graph
+      never reaches (s52_634);
+    - on a view of an input, when a later differentiable op may save that input: the saved input is at a newer
+      version than it saved, a backward error eager does not raise (found by the fuzzer).
     """
     nodes = list(gm.graph.nodes)
     root = analysis._alias_roots(nodes, input_alias_groups(example))
@@ -274,6 +272,12 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
     mutated: dict[fx.Node, fx.Node] = {}  # input root -> its first metadata mutation
     for n in nodes:
         if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n):
+            if (target := _returned_input(n)) is not None:
+                return (
+                    f"an input's own metadata mutation ({graph_ops.op_name(n)} of {target}): Dynamo breaks the "
+                    "graph there, and AOTAutograd would apply it after the compiled region in one step (or not "
+                    "at all), not with eager's version bumps"
+                )
             base = root.get(graph_ops.mutated_input(n))  # type: ignore[arg-type]
             if base is not None and base.op == "placeholder":
                 mutated.setdefault(base, n)
@@ -282,21 +286,9 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
             and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n) or graph_ops.backward_reads_no_input(n))
             and any(root.get(i) in mutated for i in n.all_input_nodes)
         ):
-            return next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
-    return None
-
-
-def _metadata_mutation_of_an_input_itself(gm: fx.GraphModule) -> fx.Node | None:
-    """``b.squeeze_(0)``, ``b.transpose_(0, 2)`` on an input itself (not on a view of it). Dynamo breaks the graph
-    at such a call and runs it eagerly; AOTAutograd instead applies the input's final metadata after the compiled
-    region with one ``as_strided_``, or nothing where the metadata ends as it was. Eager's version bumps, which
-    the input shares with its aliases, then differ: an alias's grad_fn not regenerated (fuzzer s41_188), a
-    tensor AOTAutograd saved from an aliased input gone stale where eager's is not (s53_604), a zero gradient for
-    a base eager's graph never reaches (s52_634). Eager is the faithful answer, as it is under Dynamo.
-    """
-    for n in gm.graph.nodes:
-        if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n) and _returned_input(n):
-            return n
+            m = next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
+            what = f"{graph_ops.op_name(m)} of {graph_ops.mutated_input(m)}"
+            return f"a metadata mutation of an input ({what}) inside the function"
     return None
 
 

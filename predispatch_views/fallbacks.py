@@ -235,8 +235,8 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "an inference_mode region inside the function",
     ),
     FallbackReason(
-        "compile_function only: a metadata mutation (`t_`, `unsqueeze_`...) of an input or of a view of one, before "
-        "an op that may save it",
+        "compile_function only: a metadata mutation (`t_`, `unsqueeze_`...) of a view of an input, before an op that "
+        "may save that input",
         "`a metadata mutation of an input (<op> of <input>) inside the function`",
         "AOTAutograd applies it after the compiled region, bumping the version of inputs the region saved for "
         "backward after that point; Dynamo graph-breaks at the same call.",
