@@ -138,6 +138,14 @@ class Explanation:
             out[core_title] = render_graph(self.core) + "\n(empty: not compiled, the epilogue reads the inputs)"
         else:
             out[core_title] = render_graph(self.core)
+            parts = self.program.sliced.parts if self.program.sliced is not None else ()
+            if len(parts) > 1:  # Note [Independent parts of the core] in slicing.py
+                out[core_title] += f"\n(compiled as {len(parts)} independent parts, one autograd node each)"
+                for j, part in enumerate(parts):
+                    inputs = ", ".join(map(str, part.inputs))
+                    out[f"core part {j} (inputs {inputs}; core outputs {', '.join(map(str, part.outputs))})"] = (
+                        render_graph(part.graph)
+                    )
         out["epilogue graph"] = render_graph(self.epilogue) if self.epilogue is not None else fell_back
         out["epilogue source (run on every call)"] = (
             self.epilogue_source.rstrip() if self.epilogue_source is not None else fell_back

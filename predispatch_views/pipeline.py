@@ -67,7 +67,7 @@ class CompiledProgram:
 
 
 def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
-    """"inductor", "aot_eager", "eager", another registered backend name, or a backend callable."""
+    """ "inductor", "aot_eager", "eager", another registered backend name, or a backend callable."""
     if callable(inner):
         return inner
     if inner == "inductor":
@@ -123,7 +123,7 @@ def compile_captured(
             result.selection = selection
             functionalized = functionalize_preserving_views(pre_dispatch, selection)
             result.functional = functionalized.functional
-            result.sliced = slice_graph(functionalized.executable)
+            result.sliced = slice_graph(functionalized.executable, input_alias_groups(example_inputs))
     except Exception as e:  # an engine limitation must never break a program stock compiles
         reason = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
@@ -133,10 +133,10 @@ def compile_captured(
             return _no_fall_back(result, reason, strict)
         return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
 
-    core = None
+    cores = None
     if compile_core and not result.sliced.core_is_empty:
-        try:
-            core = inner_fn(result.sliced.core, list(example_inputs))
+        try:  # one compiled function per independent part: Note [Independent parts of the core] in slicing.py
+            cores = [inner_fn(p.graph, [example_inputs[i] for i in p.inputs]) for p in result.sliced.parts]
         except Exception as e:
             torch._C._set_grad_enabled(grad_enabled)
             # The core is not the user's program: it returns bases the program only viewed (perhaps under
@@ -145,7 +145,7 @@ def compile_captured(
             if not stock_fallback:
                 return _no_fall_back(result, reason, strict)
             return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
-    result.run = build_runtime(result.sliced, core)
+    result.run = build_runtime(result.sliced, cores)
     result.epilogue_source = result.run.source
     return result
 

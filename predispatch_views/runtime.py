@@ -62,14 +62,20 @@ class EpilogueCodegen:
 
     def _body(self, sliced: SlicedProgram, call_core: bool) -> list[str]:
         lines = []
-        if call_core:
+        # The k-th core output: ``core[k]``, or ``core{j}[i]`` where the core runs as independent parts.
+        core_output = {k: f"core[{k}]" for k in range(len(sliced.core.graph.output_node().args[0]))}
+        if call_core and len(sliced.parts) > 1:
+            for j, part in enumerate(sliced.parts):
+                lines.append(f"core{j} = _core{j}(" + "".join(f"args[{i}], " for i in part.inputs) + ")")
+                core_output.update({k: f"core{j}[{i}]" for i, k in enumerate(part.outputs)})
+        elif call_core:
             lines.append("core = _core(*args)")
         names: dict[fx.Node, str] = {}
         placeholders = list(sliced.epilogue.graph.find_nodes(op="placeholder"))
         for p, source in zip(placeholders, sliced.sources):
             names[p] = f"v{len(names)}"
-            container = "args" if source.kind == "arg" else "core"
-            lines.append(f"{names[p]} = {container}[{source.index}]")
+            value = f"args[{source.index}]" if source.kind == "arg" else core_output[source.index]
+            lines.append(f"{names[p]} = {value}")
         output = sliced.epilogue.graph.output_node()
         outputs = _as_tuple(output.args[0])
         runs = _output_runs(outputs, output)
@@ -150,12 +156,16 @@ def _fast_callable(target: Any) -> Callable[..., Any]:
     return target
 
 
-def build_runtime(sliced: SlicedProgram, compiled_core: Callable[..., Any] | None) -> Callable[..., Any]:
-    """``run(*args)``: the compiled program. ``compiled_core`` is None when the core does nothing."""
+def build_runtime(sliced: SlicedProgram, compiled_parts: Sequence[Callable[..., Any]] | None) -> Callable[..., Any]:
+    """``run(*args)``: the compiled program. ``compiled_parts``: one per ``sliced.parts``; None when the core does
+    nothing."""
     codegen = EpilogueCodegen()
-    source = codegen.generate(sliced, call_core=compiled_core is not None)
+    source = codegen.generate(sliced, call_core=compiled_parts is not None)
     scope: dict[str, Any] = dict(codegen.globals)
-    scope["_core"] = compiled_core
+    if compiled_parts is not None and len(compiled_parts) == 1:
+        scope["_core"] = compiled_parts[0]
+    else:
+        scope.update({f"_core{j}": part for j, part in enumerate(compiled_parts or ())})
     exec(compile(source, "<predispatch_views epilogue>", "exec"), scope)
     run = scope["run"]
     run.source = source  # for explain() and debugging

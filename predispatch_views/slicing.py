@@ -12,16 +12,36 @@ other outputs do not use ``b``. Returned as it is, the core output would require
 it a (zero) tangent, and the compiled backward would write zeros into ``b.grad``. The core returns
 ``detach(value)`` instead: it aliases the value as eager's detach does, needs no tangent, and the epilogue's
 own ``detach`` of it is eager's result (found by the fuzzer, s21_752).
+
+Note [Independent parts of the core]
+Compiled as one function, the core is one autograd node: a backward through some of its outputs runs the whole
+compiled backward, which gives every input that requires grad a gradient (zeros where eager's graph never
+reaches it: eager leaves ``.grad`` at None) and frees the saved tensors of outputs eager keeps in separate
+graphs (a second backward through those raises where eager's does not). Found by the fuzzer: s51_471
+(``b @ b.t()`` and ``a.sum(0)`` in one core, a backward of the first alone gave ``a``'s base zeros) and s43_704.
+Eager's graph has one node per op, so outputs computed from disjoint sets of intermediates are unrelated in it.
+``split_core`` cuts the core into such parts, one compiled function each; parts may share graph inputs, as
+eager's ops do. What must stay in one part, so that running the parts one after the other is the core's order:
+- everything connected through an intermediate value (a use, a view, an in-place write all are edges);
+- every reader of a graph input that some node writes, with the inputs aliasing it (a write of an input must
+  not move across a read of it or of an alias; AOTAutograd applies input writes when its function returns);
+- every op that draws random numbers or has another side effect, so their order is kept.
+Grad mode changes are copied into every part, so each op runs under the grad mode it had. A core with any
+other kind of node (a higher-order op, autocast, a symbolic size input) stays whole: one part, as before.
+What stays as in stock: outputs that share an intermediate share one backward, and so its zero gradients.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import fx
 
+from . import analysis, graph_ops
 from .functionalize import EPILOGUE_TAG
 
 
@@ -34,17 +54,29 @@ class InputSource:
 
 
 @dataclass(frozen=True)
+class CorePart:
+    """One independently compiled part of the core; see Note [Independent parts of the core]."""
+
+    graph: fx.GraphModule  # one placeholder per entry of `inputs`
+    inputs: tuple[int, ...]  # the program inputs it takes, by position
+    outputs: tuple[int, ...]  # the core outputs it returns, by position, in order
+
+
+@dataclass(frozen=True)
 class SlicedProgram:
     core: fx.GraphModule  # same placeholders as the program; returns the core outputs
     epilogue: fx.GraphModule  # one placeholder per entry of `sources`; returns the program's outputs
     sources: tuple[InputSource, ...]
+    parts: tuple[CorePart, ...] = ()  # the core, cut into independent parts (one: the whole core)
 
     @property
     def core_is_empty(self) -> bool:
         return not any(n.op in ("call_function", "call_method", "call_module") for n in self.core.graph.nodes)
 
 
-def slice_graph(functional: fx.GraphModule) -> SlicedProgram:
+def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | None = None) -> SlicedProgram:
+    """``input_alias_groups``: for each input, the first input sharing its storage (see pipeline.py); without
+    it the core stays whole."""
     nodes = list(functional.graph.nodes)
     output = nodes[-1]
     is_epilogue = {n: bool(n.meta.get(EPILOGUE_TAG)) for n in nodes}
@@ -54,9 +86,7 @@ def slice_graph(functional: fx.GraphModule) -> SlicedProgram:
     crossing = [
         n
         for n in nodes
-        if n is not output
-        and not is_epilogue[n]
-        and any(u is output or is_epilogue[u] for u in n.users)
+        if n is not output and not is_epilogue[n] and any(u is output or is_epilogue[u] for u in n.users)
     ]
     core_outputs = [n for n in crossing if n not in placeholder_index]
     core_index = {n: i for i, n in enumerate(core_outputs)}
@@ -83,11 +113,115 @@ def slice_graph(functional: fx.GraphModule) -> SlicedProgram:
             env[n] = epilogue_graph.node_copy(n, env.__getitem__)
     epilogue_graph.output(fx.map_arg(output.args[0], env.__getitem__))
 
+    core = fx.GraphModule(functional, core_graph)
     return SlicedProgram(
-        core=fx.GraphModule(functional, core_graph),
+        core=core,
         epilogue=fx.GraphModule(functional, epilogue_graph),
         sources=tuple(sources),
+        parts=split_core(core, input_alias_groups) if input_alias_groups is not None else _whole(core),
     )
+
+
+def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple[CorePart, ...]:
+    """The core's independent parts, in program order; see Note [Independent parts of the core]."""
+    nodes = list(core.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    outputs = list(core.graph.output_node().args[0])
+    if any(not isinstance(p.meta.get("val"), torch.Tensor) for p in placeholders) or any(
+        _kind(n) == "unknown" for n in nodes
+    ):
+        return _whole(core)
+    group = {p: input_alias_groups[i] for i, p in enumerate(placeholders)}
+    parent: dict[object, object] = {}
+
+    def find(x: object) -> object:
+        while x in parent:
+            x = parent[x]
+        return x
+
+    def union(x: object, y: object) -> None:
+        if (rx := find(x)) != (ry := find(y)):
+            parent[rx] = ry
+
+    ordered = [n for n in nodes if _kind(n) == "ordered"]
+    for n in ordered[1:]:
+        union(n, ordered[0])
+    # An input some node writes (through any alias): its readers, and its aliases' readers, stay together.
+    root = analysis._alias_roots(nodes, input_alias_groups)
+    written = {group[root[w]] for n in nodes for w in _written_args(n) if root.get(w) in group}
+    for n in nodes:
+        if _kind(n) not in ("op", "ordered"):
+            continue
+        for i in n.all_input_nodes:
+            if i.op != "placeholder":
+                union(n, i)
+            elif group[i] in written:
+                union(n, ("written input", group[i]))
+
+    members: dict[object, list[fx.Node]] = {}
+    for n in nodes:
+        if _kind(n) in ("op", "ordered"):
+            members.setdefault(find(n), []).append(n)
+    out_positions: dict[object, list[int]] = {}
+    for k, o in enumerate(outputs):
+        out_positions.setdefault(find(o), []).append(k)
+    # A part with no output, no input write and no side effect is dead code: AOTAutograd would drop it too.
+    effects = {find(("written input", g)) for g in written} | {find(n) for n in ordered}
+    kept = [r for r in members if r in out_positions or r in effects]
+    if len(kept) < 2:
+        return _whole(core)
+    return tuple(_part(core, nodes, set(members[r]), out_positions.get(r, []), outputs) for r in kept)
+
+
+def _whole(core: fx.GraphModule) -> tuple[CorePart, ...]:
+    n_inputs = len(core.graph.find_nodes(op="placeholder"))
+    n_outputs = len(core.graph.output_node().args[0])
+    return (CorePart(core, tuple(range(n_inputs)), tuple(range(n_outputs))),)
+
+
+def _part(
+    core: fx.GraphModule, nodes: list[fx.Node], members: set[fx.Node], positions: list[int], outputs: list[fx.Node]
+) -> CorePart:
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    inputs = []
+    for i, p in enumerate(n for n in nodes if n.op == "placeholder"):
+        if any(u in members for u in p.users):
+            env[p] = graph.node_copy(p)
+            inputs.append(i)
+    for n in nodes:
+        if n in members or graph_ops.is_grad_mode_change(n):
+            env[n] = graph.node_copy(n, env.__getitem__)
+    graph.output(tuple(env[outputs[k]] for k in positions))
+    return CorePart(fx.GraphModule(core, graph), tuple(inputs), tuple(positions))
+
+
+def _kind(n: fx.Node) -> str:
+    """placeholder, output, grad_mode, op (a pure op, or one writing its arguments), ordered (random or another
+    side effect), or unknown (a node the partition does not reason about)."""
+    if n.op in ("placeholder", "output"):
+        return n.op
+    if n.op == "get_attr" or graph_ops.is_sym(n) or (n.op == "call_function" and n.target is operator.getitem):
+        return "op"
+    if graph_ops.is_grad_mode_change(n):
+        return "grad_mode"
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return "unknown"
+    if graph_ops.is_random(n) or (n.is_impure() and not n.target._schema.is_mutable):
+        return "ordered"
+    return "op"
+
+
+def _written_args(n: fx.Node) -> list[fx.Node]:
+    """Every tensor an op's schema says it writes (all of them: out= and foreach ops write several)."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) or not n.target._schema.is_mutable:
+        return []
+    written: list[fx.Node] = []
+    for i, arg in enumerate(n.target._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
+            written += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, fx.Node)]
+    return written
 
 
 def _detached_if_only_detached(graph: fx.Graph, value: fx.Node, original: fx.Node) -> fx.Node:

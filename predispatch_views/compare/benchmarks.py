@@ -241,7 +241,7 @@ def epilogue_rows(ns: tuple[int, ...], settings: Settings) -> list[EpilogueRow]:
         program = compile_captured(graph, [x], "eager", compile_core=False, strict=True)
         assert program.sliced is not None
         base = x.mul(2)
-        run = build_runtime(program.sliced, lambda *args, out=(base,): out)
+        run = build_runtime(program.sliced, [lambda *args, out=(base,): out])
         run_time = BestTime(lambda run=run, x=x: run(x), settings)
         eager_time = BestTime(lambda base=base: base.unbind(0), settings)
         for _ in range(settings.rounds):  # interleaved, as in run_benchmarks
