@@ -227,6 +227,31 @@ def mutated_input(node: fx.Node) -> fx.Node | None:
     return None
 
 
+def written_args(node: fx.Node) -> list[fx.Node]:
+    """Every tensor a call's schema says it writes (out= and foreach calls write several)."""
+    op = _overload(node)
+    if op is None or not op._schema.is_mutable:
+        return []
+    written: list[fx.Node] = []
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            written += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, fx.Node)]
+    return written
+
+
+def is_aten_call(node: fx.Node) -> bool:
+    """A call of an ATen (or other registered) op overload: its schema says what it reads and writes."""
+    return _overload(node) is not None
+
+
+def has_ordered_effect(node: fx.Node) -> bool:
+    """A call whose effect is not only on its arguments: it draws random numbers, or fx counts it side-effecting
+    without writing an argument (``_assert_async``, profiler records...). Such calls keep their order."""
+    op = _overload(node)
+    return op is not None and (is_random(node) or (node.is_impure() and not op._schema.is_mutable))
+
+
 def is_metadata_mutation(node: fx.Node) -> bool:
     """t_, transpose_, squeeze_, as_strided_... (torch tags them inplace_view)."""
     op = _overload(node)

@@ -148,7 +148,7 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
         union(n, ordered[0])
     # An input some node writes (through any alias): its readers, and its aliases' readers, stay together.
     root = analysis._alias_roots(nodes, input_alias_groups)
-    written = {group[root[w]] for n in nodes for w in _written_args(n) if root.get(w) in group}
+    written = {group[root[w]] for n in nodes for w in graph_ops.written_args(n) if root.get(w) in group}
     for n in nodes:
         if _kind(n) not in ("op", "ordered"):
             continue
@@ -205,23 +205,9 @@ def _kind(n: fx.Node) -> str:
         return "op"
     if graph_ops.is_grad_mode_change(n):
         return "grad_mode"
-    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+    if not graph_ops.is_aten_call(n):
         return "unknown"
-    if graph_ops.is_random(n) or (n.is_impure() and not n.target._schema.is_mutable):
-        return "ordered"
-    return "op"
-
-
-def _written_args(n: fx.Node) -> list[fx.Node]:
-    """Every tensor an op's schema says it writes (all of them: out= and foreach ops write several)."""
-    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) or not n.target._schema.is_mutable:
-        return []
-    written: list[fx.Node] = []
-    for i, arg in enumerate(n.target._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
-            written += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, fx.Node)]
-    return written
+    return "ordered" if graph_ops.has_ordered_effect(n) else "op"
 
 
 def _detached_if_only_detached(graph: fx.Graph, value: fx.Node, original: fx.Node) -> fx.Node:

@@ -204,3 +204,14 @@ def _run_on(run: Callable[..., Any], fresh: Callable[[], list[Any]]) -> Any:
     if result[0] == "raised":
         return ("raised",)
     return result[1], [t.detach().clone() for t in inputs if isinstance(t, torch.Tensor)], torch.rand(2)
+
+
+def test_explain_shows_each_part() -> None:
+    from predispatch_views.explain import explain
+
+    e = explain(two_bases, _leaf(2, 3), _leaf(3, 4))
+    sections = e.sections()
+    parts = [title for title in sections if title.startswith("core part")]
+    assert parts == ["core part 0 (inputs 0; core outputs 0)", "core part 1 (inputs 0, 1; core outputs 1)"]
+    assert "aten.matmul" in sections[parts[1]] and "aten.matmul" not in sections[parts[0]]
+    assert "core0 = _core0(args[0], )" in e.epilogue_source
