@@ -26,8 +26,9 @@ eager's ops do. What must stay in one part, so that running the parts one after 
 - every reader of a graph input that some node writes, with the inputs aliasing it (a write of an input must
   not move across a read of it or of an alias; AOTAutograd applies input writes when its function returns);
 - every op that draws random numbers or has another side effect, so their order is kept.
-Grad mode changes are copied into every part, so each op runs under the grad mode it had. A core with any
-other kind of node (a higher-order op, autocast, a symbolic size input) stays whole: one part, as before.
+Grad mode changes are copied into every part, so each op runs under the grad mode it had; a core ends in the
+grad mode it began in (Dynamo's and make_fx's graphs do), so each part does, and one that does not stays whole.
+A core with any other kind of node (a higher-order op, autocast, a symbolic size input) stays whole too.
 What stays as in stock: outputs that share an intermediate share one backward, and so its zero gradients.
 """
 
@@ -127,8 +128,11 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     nodes = list(core.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     outputs = list(core.graph.output_node().args[0])
-    if any(not isinstance(p.meta.get("val"), torch.Tensor) for p in placeholders) or any(
-        _kind(n) == "unknown" for n in nodes
+    toggles = [n.args[0] for n in nodes if graph_ops.is_grad_mode_change(n)]
+    if (
+        any(not isinstance(p.meta.get("val"), torch.Tensor) for p in placeholders)
+        or any(_kind(n) == "unknown" for n in nodes)
+        or (toggles and toggles[-1] == toggles[0])  # ends in another grad mode than it began: parts would chain it
     ):
         return _whole(core)
     group = {p: input_alias_groups[i] for i, p in enumerate(placeholders)}

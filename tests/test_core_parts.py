@@ -215,3 +215,24 @@ def test_explain_shows_each_part() -> None:
     assert parts == ["core part 0 (inputs 0; core outputs 0)", "core part 1 (inputs 0, 1; core outputs 1)"]
     assert "aten.matmul" in sections[parts[1]] and "aten.matmul" not in sections[parts[0]]
     assert "core0 = _core0(args[0], )" in e.epilogue_source
+
+
+@pytest.mark.parametrize(("toggles", "parts"), [((False, True), 2), ((False,), 1), ((True, False, True), 1)])
+def test_a_core_that_ends_in_another_grad_mode_stays_whole(toggles: tuple[bool, ...], parts: int) -> None:
+    """Each part replays every grad mode change; a core that does not end in the mode it began in would leave the
+    next part starting in the wrong one."""
+    from torch import fx
+
+    from predispatch_views import _torch_internals as ti
+    from predispatch_views.slicing import split_core
+
+    graph = fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    for p in (x, y):
+        p.meta["val"] = torch.empty(2)
+    for mode in toggles:
+        graph.call_function(ti.SET_GRAD_ENABLED, (mode,))
+    graph.output(
+        (graph.call_function(torch.ops.aten.sin.default, (x,)), graph.call_function(torch.ops.aten.cos.default, (y,)))
+    )
+    assert len(split_core(fx.GraphModule(torch.nn.Module(), graph), [0, 1])) == parts
