@@ -109,12 +109,14 @@ def compile_captured(
     result = CompiledProgram(run=_unset, pre_dispatch=pre_dispatch)
     reason: str | None = None
     grad_enabled = torch.is_grad_enabled()
+    requires_grad = [isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs]
+    alias_groups = input_alias_groups(example_inputs)
     try:
         selection = select_epilogue(
             pre_dispatch,
             grad_enabled=grad_enabled,
-            input_alias_groups=input_alias_groups(example_inputs),
-            input_requires_grad=[isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs],
+            input_alias_groups=alias_groups,
+            input_requires_grad=requires_grad,
             graph_breaks=graph_breaks,
         )
         if isinstance(selection, Fallback):
@@ -123,7 +125,10 @@ def compile_captured(
             result.selection = selection
             functionalized = functionalize_preserving_views(pre_dispatch, selection)
             result.functional = functionalized.functional
-            result.sliced = slice_graph(functionalized.executable, input_alias_groups(example_inputs))
+            # Parts cost a compiled function each and matter only to a backward (Note [Independent parts of the
+            # core] in slicing.py): without one, the core stays whole.
+            differentiable = grad_enabled and any(requires_grad)
+            result.sliced = slice_graph(functionalized.executable, alias_groups if differentiable else None)
     except Exception as e:  # an engine limitation must never break a program stock compiles
         reason = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off

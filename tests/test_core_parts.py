@@ -132,7 +132,7 @@ def test_a_written_input_keeps_its_readers_and_its_aliases_readers_in_its_part()
         return (*s.unbind(0), *d.cos().unbind(0), *e.exp().unbind(0))
 
     def make() -> list[torch.Tensor]:
-        base = torch.arange(8.0).div(7)
+        base = torch.arange(8.0).div(7).requires_grad_().mul(1)
         return [base[:4], base[2:6], torch.arange(6.0).reshape(2, 3)]
 
     parts = _sliced(write_then_read_alias, make()).parts
@@ -236,3 +236,12 @@ def test_a_core_that_ends_in_another_grad_mode_stays_whole(toggles: tuple[bool, 
         (graph.call_function(torch.ops.aten.sin.default, (x,)), graph.call_function(torch.ops.aten.cos.default, (y,)))
     )
     assert len(split_core(fx.GraphModule(torch.nn.Module(), graph), [0, 1])) == parts
+
+
+def test_the_core_stays_whole_where_no_backward_can_follow() -> None:
+    """Parts only change what a backward reaches, and each costs a compiled function call."""
+    x, w = _leaf(2, 3), _leaf(3, 4)
+    assert len(_sliced(two_bases, [x, w]).parts) == 2
+    assert len(_sliced(two_bases, [x.detach(), w.detach()]).parts) == 1
+    with torch.no_grad():
+        assert len(_sliced(two_bases, [x, w]).parts) == 1
