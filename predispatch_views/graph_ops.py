@@ -214,30 +214,31 @@ def is_view_getitem(node: fx.Node) -> bool:
     )
 
 
-def mutated_input(node: fx.Node) -> fx.Node | None:
-    """The tensor an in-place or out= call writes to, if any."""
+def _written_values(node: fx.Node) -> list[Any]:
+    """The arguments a call's schema marks as written (``Tensor(a!)``), as passed: a node, a list of nodes..."""
     op = _overload(node)
     if op is None or not op._schema.is_mutable:
-        return None
-    for i, arg in enumerate(op._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-            if isinstance(value, fx.Node):
-                return value
-    return None
+        return []
+    return [
+        node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        for i, arg in enumerate(op._schema.arguments)
+        if arg.alias_info is not None and arg.alias_info.is_write
+    ]
+
+
+def mutated_input(node: fx.Node) -> fx.Node | None:
+    """The tensor an in-place or out= call writes to, if any (the first, where a call writes several)."""
+    return next((v for v in _written_values(node) if isinstance(v, fx.Node)), None)
 
 
 def written_args(node: fx.Node) -> list[fx.Node]:
     """Every tensor a call's schema says it writes (out= and foreach calls write several)."""
-    op = _overload(node)
-    if op is None or not op._schema.is_mutable:
-        return []
-    written: list[fx.Node] = []
-    for i, arg in enumerate(op._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-            written += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, fx.Node)]
-    return written
+    return [
+        v
+        for value in _written_values(node)
+        for v in (value if isinstance(value, (list, tuple)) else [value])
+        if isinstance(v, fx.Node)
+    ]
 
 
 def is_aten_call(node: fx.Node) -> bool:

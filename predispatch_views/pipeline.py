@@ -67,7 +67,7 @@ class CompiledProgram:
 
 
 def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
-    """ "inductor", "aot_eager", "eager", another registered backend name, or a backend callable."""
+    """The inner backend's callable, for "inductor", "aot_eager", "eager", another registered name, or a callable."""
     if callable(inner):
         return inner
     if inner == "inductor":

@@ -71,7 +71,7 @@ class SlicedProgram:
     core: fx.GraphModule  # same placeholders as the program; returns the core outputs
     epilogue: fx.GraphModule  # one placeholder per entry of `sources`; returns the program's outputs
     sources: tuple[InputSource, ...]
-    parts: tuple[CorePart, ...] = ()  # the core, cut into independent parts (one: the whole core)
+    parts: tuple[CorePart, ...]  # the core, cut into independent parts (one: the whole core)
 
     @property
     def core_is_empty(self) -> bool:
@@ -131,10 +131,11 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     nodes = list(core.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     outputs = list(core.graph.output_node().args[0])
-    toggles = [n.args[0] for n in nodes if graph_ops.is_grad_mode_change(n)]
+    kind = {n: _kind(n) for n in nodes}
+    toggles = [n.args[0] for n in nodes if kind[n] == "grad_mode"]
     if (
         any(not isinstance(p.meta.get("val"), torch.Tensor) for p in placeholders)
-        or any(_kind(n) == "unknown" for n in nodes)
+        or "unknown" in kind.values()
         or (toggles and toggles[-1] == toggles[0])  # ends in another grad mode than it began: parts would chain it
     ):
         return _whole(core)
@@ -150,15 +151,14 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
         if (rx := find(x)) != (ry := find(y)):
             parent[rx] = ry
 
-    ordered = [n for n in nodes if _kind(n) == "ordered"]
+    ordered = [n for n in nodes if kind[n] == "ordered"]
     for n in ordered[1:]:
         union(n, ordered[0])
     # An input some node writes (through any alias): its readers, and its aliases' readers, stay together.
     root = analysis._alias_roots(nodes, input_alias_groups)
     written = {group[root[w]] for n in nodes for w in graph_ops.written_args(n) if root.get(w) in group}
-    for n in nodes:
-        if _kind(n) not in ("op", "ordered"):
-            continue
+    computed = [n for n in nodes if kind[n] in ("op", "ordered")]
+    for n in computed:
         for i in n.all_input_nodes:
             if i.op != "placeholder":
                 union(n, i)
@@ -166,9 +166,8 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
                 union(n, ("written input", group[i]))
 
     members: dict[object, list[fx.Node]] = {}
-    for n in nodes:
-        if _kind(n) in ("op", "ordered"):
-            members.setdefault(find(n), []).append(n)
+    for n in computed:
+        members.setdefault(find(n), []).append(n)
     out_positions: dict[object, list[int]] = {}
     for k, o in enumerate(outputs):
         out_positions.setdefault(find(o), []).append(k)
