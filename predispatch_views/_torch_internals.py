@@ -76,6 +76,7 @@ __all__ = [
     "compiled_autograd",
     "detect_fake_mode",
     "enable_python_dispatcher",
+    "compiling_a_compiled_autograd_graph",
     "ends_at_graph_break",
     "from_fun",
     "has_data_mutation",
@@ -151,6 +152,14 @@ def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
     meta = getattr(gm, "meta", None)
     compile_id = meta.get("dynamo_compile_id") if isinstance(meta, dict) else None
     return frame.name, frame.filename, int(frame.lineno or 0), "" if compile_id is None else str(compile_id)
+
+
+def compiling_a_compiled_autograd_graph() -> bool:
+    """Whether Dynamo is compiling the backward graph compiled autograd built (its compile id is ``!N/...``)."""
+    from torch._guards import CompileContext
+
+    compile_id = CompileContext.current_compile_id()
+    return compile_id is not None and compile_id.compiled_autograd_id is not None
 
 
 def ends_at_graph_break(gm: Any) -> bool:

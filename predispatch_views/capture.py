@@ -88,7 +88,8 @@ def written_inputs(gm: fx.GraphModule) -> list[int]:
     (ATen calls, ``val``); both keep the real tensors' storage sharing among their example values.
     """
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    storage = {i: _storage(_example(p)) for i, p in enumerate(placeholders)}
+    # Inputs that are no tensors (ints, SymInts, lists, None) have no storage and are never written.
+    storage = {i: s for i, p in enumerate(placeholders) if (s := _storage(_example(p))) is not None}
     written = set()
     for n in gm.graph.nodes:
         for target in _written_args(n):
@@ -107,7 +108,8 @@ def _written_args(n: fx.Node) -> list[Any]:
     name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
     if n.op not in ("call_method", "call_function") or not isinstance(name, str) or not n.args:
         return []
-    written = list(fx.node.map_aggregate(n.kwargs.get("out"), lambda a: a) or ()) if "out" in n.kwargs else []
+    # out= is one tensor or a tuple of them (``torch.max(x, 0, out=(v, i))``): flatten either.
+    written: list[Any] = pytree.tree_leaves(n.kwargs.get("out"))
     if (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE_OPERATORS or n.kwargs.get("inplace"):
         written.append(n.args[0])
     return written

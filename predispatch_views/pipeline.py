@@ -130,7 +130,7 @@ def compile_captured(
             differentiable = grad_enabled and any(requires_grad)
             result.sliced = slice_graph(functionalized.executable, alias_groups if differentiable else None)
     except Exception as e:  # an engine limitation must never break a program stock compiles
-        reason = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
+        reason = _internal_error(e)
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
         torch._C._set_grad_enabled(grad_enabled)
     if reason is not None:  # outside the try: stock's own compile errors are the user's, not ours
@@ -158,26 +158,38 @@ def compile_captured(
 def compile_dynamo_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
-    """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its fake inputs."""
+    """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its inputs (tensors, ints, SymInts...).
+
+    Every piece of engine code that runs here, the wrappers' setup included, is under the internal-error guard:
+    an engine defect falls back to stock, it never becomes the user's crash (Note [The invariant]).
+    """
     from .capture import written_inputs
 
+    try:
+        written = written_inputs(gm)
+    except Exception as e:
+        return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     program = _compile_dynamo_graph(gm, example_inputs, inner, strict=strict)
-    if written := written_inputs(gm):
-        logged: set[int] = set()
+    if not written:
+        return program
+    logged: set[int] = set()
 
-        def on_use(k: int) -> None:
-            reason = (
-                f"input {k} is a view autograd forbids rebasing, and the graph writes an alias of it: the graph "
-                "runs uncompiled for such calls (Note [A restricted view aliased by a write])"
-            )
-            if strict:
-                raise StrictModeError(reason)
-            if k not in logged:
-                logged.add(k)
-                log.info("%s [in %s]", reason, graph_label(gm))
-                FALLBACKS.append((graph_label(gm), reason))
+    def on_use(k: int) -> None:
+        reason = (
+            f"input {k} is a view autograd forbids rebasing, and the graph writes an alias of it: the graph "
+            "runs uncompiled for such calls (Note [A restricted view aliased by a write])"
+        )
+        if strict:
+            raise StrictModeError(reason)
+        if k not in logged:
+            logged.add(k)
+            log.info("%s [in %s]", reason, graph_label(gm))
+            FALLBACKS.append((graph_label(gm), reason))
 
+    try:
         program.run = uncompiled_when_a_restricted_view_is_written(program.run, gm, written, example_inputs, on_use)
+    except Exception as e:
+        return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     return program
 
 
@@ -186,24 +198,24 @@ def _compile_dynamo_graph(
 ) -> CompiledProgram:
     from .capture import capture_graph_module, capture_limitation
 
-    if not _may_return_views(gm):
+    try:
+        # Compiled autograd's backward graph returns gradients for the autograd engine to accumulate, from one
+        # boxed list input: no output is a view the user sees, so there is nothing to replay.
+        may_return_views = not ti.compiling_a_compiled_autograd_graph() and _may_return_views(gm)
+        reason = capture_limitation(gm) if may_return_views else None
+    except Exception as e:
+        return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
+    if not may_return_views:
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
         return CompiledProgram(run=resolve_inner(inner)(gm, list(example_inputs)), notes=["no view outputs"])
-    if (reason := capture_limitation(gm)) is not None:
-        return _fall_back(CompiledProgram(run=_unset), reason, gm, example_inputs, resolve_inner(inner), strict)
+    if reason is not None:
+        return _stock_for(gm, example_inputs, inner, reason, strict)
     try:
         pre_dispatch = capture_graph_module(gm, example_inputs)
     except Exception as e:
         if strict:
             raise
-        return _fall_back(
-            CompiledProgram(run=_unset),
-            f"pre-dispatch capture failed: {type(e).__name__}: {e}",
-            gm,
-            example_inputs,
-            resolve_inner(inner),
-            strict,
-        )
+        return _stock_for(gm, example_inputs, inner, f"pre-dispatch capture failed: {type(e).__name__}: {e}", strict)
     return compile_captured(
         pre_dispatch,
         example_inputs,
@@ -212,6 +224,13 @@ def _compile_dynamo_graph(
         strict=strict,
         graph_breaks=GraphBreaks(before=ti.starts_after_graph_break(gm), after=ti.ends_at_graph_break(gm)),
     )
+
+
+def _stock_for(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, reason: str, strict: bool
+) -> CompiledProgram:
+    """Dynamo's graph compiled by stock, with ``reason`` logged (raised under strict)."""
+    return _fall_back(CompiledProgram(run=_unset), reason, gm, example_inputs, resolve_inner(inner), strict)
 
 
 def _may_return_views(gm: fx.GraphModule) -> bool:
@@ -267,6 +286,10 @@ def _no_fall_back(result: CompiledProgram, reason: str, strict: bool) -> Compile
         raise StrictModeError(reason)
     result.fallback_reason = reason
     return result
+
+
+def _internal_error(e: BaseException) -> str:
+    return f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
 
 
 def _first_line(e: BaseException) -> str:
