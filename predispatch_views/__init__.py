@@ -6,6 +6,7 @@ Entry points:
 - ``enable()`` / ``PREDISPATCH_VIEWS=1`` (no import needed once installed): route plain ``torch.compile(fn)``
   through the prototype
 - ``explain(fn, *args)``: every stage's graph for one program
+- ``report()``: how many graphs the backend or the flag took, fell back on, or found without view outputs
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from .backend import BACKEND_NAME, backend, register
 from .compile_function import compile_function
 from .explain import explain
 from .flag import disable, enable, is_enabled, read_environment
-from .pipeline import FALLBACKS, CompiledProgram, StrictModeError
+from .pipeline import FALLBACKS, GRAPHS, CompiledProgram, StrictModeError, report
 
 __all__ = [
     "BACKEND_NAME",
     "FALLBACKS",
+    "GRAPHS",
     "CompiledProgram",
     "StrictModeError",
     "backend",
@@ -27,6 +29,7 @@ __all__ = [
     "enable",
     "explain",
     "is_enabled",
+    "report",
 ]
 
 register()

@@ -13,14 +13,16 @@ package is imported; turn it off by leaving the block, ``predispatch_views.disab
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 from predispatch_views_autoload import ENV_VAR, ORIGINAL_ATTR, flag_from_environment
 
 from . import _torch_internals as ti
-from .pipeline import compile_dynamo_graph
+from .pipeline import GRAPHS, compile_dynamo_graph, report
 
 __all__ = ["ENV_VAR", "disable", "enable", "is_enabled", "read_environment", "set_enabled"]
 _state = {"enabled": False, "installed": False}
@@ -44,6 +46,13 @@ def _install() -> None:
 
     wrapper_class.__call__ = __call__
     _state["installed"] = True
+    atexit.register(_summary_at_exit)
+
+
+def _summary_at_exit() -> None:
+    """Under the flag, the run's summary (report()) at INFO: the flag is seen working, not only failing."""
+    if GRAPHS:
+        logging.getLogger("predispatch_views").info("%s", report())
 
 
 def is_enabled() -> bool:

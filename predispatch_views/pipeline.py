@@ -35,6 +35,7 @@ from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _torch_internals as ti
+from . import graph_ops
 from .analysis import NO_GRAPH_BREAKS, EpilogueSelection, Fallback, GraphBreaks, select_epilogue
 from .functionalize import functionalize_preserving_views
 from .labels import graph_label
@@ -46,6 +47,10 @@ log = logging.getLogger("predispatch_views")
 InnerBackend = str | Callable[..., Any]
 # The most recent fallbacks, newest last: (the user's function and file:line, reason); see labels.py.
 FALLBACKS: collections.deque[tuple[str, str]] = collections.deque(maxlen=1000)
+# Every graph a Dynamo entry point (backend, flag) compiled, newest last: (label, outcome, detail), outcome one of
+# GRAPH_OUTCOMES. report() summarizes it; each entry is also logged at INFO.
+GRAPHS: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=10000)
+GRAPH_OUTCOMES = ("replayed", "fallback", "no view outputs", "compiled autograd")
 
 
 class StrictModeError(RuntimeError):
@@ -159,8 +164,41 @@ def compile_dynamo_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
     """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its inputs (tensors, ints, SymInts...).
+    What became of the graph is logged at INFO and kept in GRAPHS."""
+    program = _compile_dynamo_graph_guarded(gm, example_inputs, inner, strict=strict)
+    outcome, detail = _outcome(program)
+    label = graph_label(gm)
+    GRAPHS.append((label, outcome, detail))
+    log.info("graph %s: %s%s", label, outcome, f" ({detail})" if detail else "")
+    return program
 
-    Every piece of engine code that runs here, the wrappers' setup included, is under the internal-error guard:
+
+def _outcome(program: CompiledProgram) -> tuple[str, str]:
+    if program.fallback_reason is not None:
+        return "fallback", program.fallback_reason
+    if program.selection is None:
+        return program.notes[0] if program.notes else "no view outputs", ""
+    views = collections.Counter(
+        graph_ops.op_name(n) for n in program.selection.epilogue if graph_ops.is_view(n) and n.users
+    )
+    return "replayed", "view calls " + ", ".join(f"{name} x{k}" for name, k in sorted(views.items()))
+
+
+def report() -> str:
+    """How many graphs the backend or the flag compiled, by outcome, and the fallback reasons, most frequent
+    first (the last 10000 graphs)."""
+    outcomes = collections.Counter(outcome for _, outcome, _ in GRAPHS)
+    reasons = collections.Counter(detail for _, outcome, detail in GRAPHS if outcome == "fallback")
+    lines = [f"predispatch_views: {len(GRAPHS)} graphs compiled"]
+    lines += [f"  {outcome}: {outcomes[outcome]}" for outcome in GRAPH_OUTCOMES if outcomes[outcome]]
+    lines += [f"  fallback x{k}: {reason}" for reason, k in reasons.most_common()]
+    return "\n".join(lines)
+
+
+def _compile_dynamo_graph_guarded(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
+) -> CompiledProgram:
+    """Every piece of engine code that runs here, the wrappers' setup included, is under the internal-error guard:
     an engine defect falls back to stock, it never becomes the user's crash (Note [The invariant]).
     """
     from .capture import written_inputs
@@ -201,13 +239,15 @@ def _compile_dynamo_graph(
     try:
         # Compiled autograd's backward graph returns gradients for the autograd engine to accumulate, from one
         # boxed list input: no output is a view the user sees, so there is nothing to replay.
-        may_return_views = not ti.compiling_a_compiled_autograd_graph() and _may_return_views(gm)
+        compiled_autograd = ti.compiling_a_compiled_autograd_graph()
+        may_return_views = not compiled_autograd and _may_return_views(gm)
         reason = capture_limitation(gm) if may_return_views else None
     except Exception as e:
         return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     if not may_return_views:
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
-        return CompiledProgram(run=resolve_inner(inner)(gm, list(example_inputs)), notes=["no view outputs"])
+        note = "compiled autograd" if compiled_autograd else "no view outputs"
+        return CompiledProgram(run=resolve_inner(inner)(gm, list(example_inputs)), notes=[note])
     if reason is not None:
         return _stock_for(gm, example_inputs, inner, reason, strict)
     try:

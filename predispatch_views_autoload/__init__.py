@@ -14,6 +14,7 @@ This module lives outside the predispatch_views package so that loading it does 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -33,10 +34,14 @@ def flag_from_environment() -> bool:
         return True
     if value not in OFF_VALUES and raw not in _warned:
         _warned.add(raw)
-        warnings.warn(
+        # The value comes from the user's command, not from a line of this package: say so where the warning is.
+        command = " ".join(sys.argv) if sys.argv and sys.argv[0] else "python"
+        warnings.warn_explicit(
             f"{ENV_VAR}={raw!r} is not understood; the flag stays off. "
             f"Accepted: {', '.join(ON_VALUES)} (on), {', '.join(v for v in OFF_VALUES if v)} or unset (off).",
-            stacklevel=2,
+            UserWarning,
+            filename=f"the environment of `{ENV_VAR}={raw} {command}`",
+            lineno=0,
         )
     return False
 

@@ -128,3 +128,57 @@ def test_unknown_flag_value_warns_once(tmp_path: Path) -> None:
     warnings = [line for line in result.stderr.splitlines() if "PREDISPATCH_VIEWS='maybe' is not understood" in line]
     assert len(warnings) == 1, result.stderr  # at ``import torch``; the package import does not repeat it
     assert "Accepted: 1, true, yes, on (on), 0, false, no, off or unset (off)" in warnings[0]
+    assert warnings[0].startswith("the environment of `PREDISPATCH_VIEWS=maybe "), warnings[0]  # not a package line
+    assert "predispatch_views_autoload" not in result.stderr
+
+
+def test_the_flag_is_visible_when_it_engages(tmp_path: Path) -> None:
+    # With TORCH_LOGS=predispatch_views a user sees one line per graph and, at exit, the summary; off, nothing.
+    code = """
+        compiled = torch.compile(f)
+        print("views", outputs_of(compiled))
+        print("plain", torch.compile(lambda x: x.mul(2))(torch.randn(3)).shape)
+        """
+    on = run_python(code, tmp_path / "on", ("torch.backends",), PREDISPATCH_VIEWS="1", TORCH_LOGS="predispatch_views")
+    off = run_python(code, tmp_path / "off", ("torch.backends",), TORCH_LOGS="predispatch_views")
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    graph_lines = [
+        line for line in on.stderr.splitlines() if "[predispatch_views]" in line or "predispatch_views" in line
+    ]
+    assert any("replayed (view calls aten.unbind.int x1)" in line for line in graph_lines), on.stderr
+    assert any(": no view outputs" in line for line in graph_lines), on.stderr
+    assert "predispatch_views: 2 graphs compiled" in on.stderr and "replayed: 1" in on.stderr, on.stderr
+    assert "graphs compiled" not in off.stderr and "replayed" not in off.stderr, off.stderr
+
+
+def test_report_counts_outcomes() -> None:
+    import torch
+
+    import predispatch_views
+    from predispatch_views import pipeline
+
+    pipeline.GRAPHS.clear()
+    be = predispatch_views.backend("aot_eager")
+    torch.compile(lambda x: x.mul(2).unbind(0), backend=be)(torch.randn(2, 2, requires_grad=True))
+    torch.compile(lambda x: x.mul(2), backend=be)(torch.randn(2))
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    # A custom autograd.Function inside the graph falls back.
+    torch.compile(lambda x: Double.apply(x).unbind(0), backend=be)(torch.randn(2, 2, requires_grad=True))
+    assert [outcome for _, outcome, _ in pipeline.GRAPHS] == ["replayed", "no view outputs", "fallback"]
+    text = predispatch_views.report()
+    assert text.splitlines()[:4] == [
+        "predispatch_views: 3 graphs compiled",
+        "  replayed: 1",
+        "  fallback: 1",
+        "  no view outputs: 1",
+    ]
+    assert "fallback x1: a custom autograd.Function" in text, text
