@@ -47,6 +47,21 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="--fuzz in this many worker processes that survive a crashing program (default: in this process)",
     )
+    parser.add_argument(
+        "--pytorch-tests",
+        default=None,
+        metavar="PATH",
+        help="only run PyTorch's test files under PATH (a source tree or one file) plainly, under stock and under "
+        "the prototype, dynamo-wrapped (pytorch_tests.py); --jobs processes at once",
+    )
+    parser.add_argument("--pytorch-tests-filter", default=None, metavar="EXPR", help="pytest -k expression")
+    parser.add_argument(
+        "--pytorch-tests-strategies", default="plain,stock,prototype", help="--pytorch-tests: strategies to run"
+    )
+    parser.add_argument("--pytorch-tests-shard", type=int, default=50, help="--pytorch-tests: tests per process")
+    parser.add_argument(
+        "--pytorch-tests-timeout", type=float, default=600.0, help="--pytorch-tests: seconds one test may take"
+    )
     parser.set_defaults(run=run_compare)
 
 
@@ -60,6 +75,10 @@ def run_compare(args: argparse.Namespace) -> int:
     except ArgumentError as e:
         print(f"compare: error: {e}", file=sys.stderr)
         return 2
+    if args.pytorch_tests:
+        from .pytorch_tests import run_pytorch_tests_section
+
+        return run_pytorch_tests_section(args, out_dir)
     if args.fuzz:
         seeds = [int(s) for s in str(args.seed).split(",") if s.strip()]
         if args.jobs or len(seeds) > 1:

@@ -66,9 +66,24 @@ def check_out_dir(out: str) -> Path:
     return path
 
 
+def check_pytorch_tests(path: str | None, strategies: str) -> None:
+    if path is None:
+        return
+    from .pytorch_tests import DEFAULT_FILES, STRATEGIES, find_test_files
+
+    if not Path(path).exists():
+        raise ArgumentError(f"--pytorch-tests {path}: no such file or folder")
+    if not find_test_files(Path(path)):
+        raise ArgumentError(f"--pytorch-tests {path}: no test file there (looked for {', '.join(DEFAULT_FILES)})")
+    unknown = [s for s in strategies.split(",") if s.strip() and s.strip() not in STRATEGIES]
+    if unknown or not strategies.strip():
+        raise ArgumentError(f"--pytorch-tests-strategies {strategies!r}: choose from {', '.join(STRATEGIES)}")
+
+
 def check_compare_arguments(args: argparse.Namespace) -> Path:
     """Every check; returns the output folder (created)."""
     check_inners(tuple(args.inners))
     check_device(args.device)
     check_cases(args.cases, bool(args.slow))
+    check_pytorch_tests(getattr(args, "pytorch_tests", None), getattr(args, "pytorch_tests_strategies", ""))
     return check_out_dir(args.out)

@@ -1,0 +1,541 @@
+"""PyTorch's own test files as an oracle: each test run plainly, "dynamo-wrapped" under stock, and under the prototype.
+
+``python -m predispatch_views compare --pytorch-tests PATH [--pytorch-tests-filter EXPR] [--jobs N]``
+
+PATH is a PyTorch source tree (its ``test/`` files listed in ``DEFAULT_FILES`` are run where present) or one test
+file. The copies live outside this repository; nothing here depends on any one of them. Three strategies, each in
+its own pytest processes:
+
+- ``plain``: no compile;
+- ``stock``: ``PYTORCH_TEST_WITH_AOT_EAGER=1``, the way PyTorch's CI runs its suites dynamo-wrapped:
+  ``TestCase._run_custom`` compiles each test body with ``compile_fn(super_run, "aot_eager_decomp_partition",
+  nopython)`` and turns compiled autograd on;
+- ``prototype``: the same, with ``TestCase.compile_fn`` patched (pytorch_tests_plugin/predispatch_views_pt_plugin.py)
+  so that the backend is ``predispatch_views.backend("aot_eager_decomp_partition")``.
+
+A test counts in the comparison only where the plain run passes (the copies may be newer than the installed torch).
+The tests that pass under stock and fail or crash under the prototype are prototype-only defects.
+
+Crashes: the test ids are split into shards, each run by one pytest process with a per-test timeout; the plugin logs
+a line before and after every test. When a process dies (segfault, abort, timeout), the test that was running is
+recorded as crashed and the shard is restarted after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .pytorch_tests_plugin.predispatch_views_pt_plugin import IDS_ENV, LOG_ENV, STRATEGY_ENV, TEST_TIMEOUT_ENV
+
+# Loaded by module name from its own folder, put first on PYTHONPATH (see pytorch_tests_plugin/__init__.py).
+PLUGIN = "predispatch_views_pt_plugin"
+PLUGIN_DIR = Path(__file__).resolve().parent / "pytorch_tests_plugin"
+# The files issue 21 names, relative to a PyTorch source tree's root.
+DEFAULT_FILES = (
+    "test/test_view_ops.py",
+    "test/test_functionalization.py",
+    "test/functorch/test_aotdispatch.py",
+    "test/test_autograd.py",
+)
+STRATEGIES = ("plain", "stock", "prototype")
+OUTCOMES = ("passed", "failed", "crashed", "skipped", "missing")
+# Variables that would change what a strategy runs: the runner sets the ones it wants itself.
+_CLEARED_ENV = (
+    "PYTORCH_TEST_WITH_AOT_EAGER",
+    "PYTORCH_TEST_WITH_DYNAMO",
+    "PYTORCH_TEST_WITH_INDUCTOR",
+    "PYTORCH_TEST_WITHOUT_COMPILED_AUTOGRAD",
+    "PREDISPATCH_VIEWS",
+    "PYTEST_ADDOPTS",
+)
+
+
+@dataclass
+class TestResult:
+    outcome: str  # one of OUTCOMES
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class FileRun:
+    """One test file: its collected ids and, per strategy, each test's result and the processes' wall time."""
+
+    path: Path
+    ids: list[str] = field(default_factory=list)
+    collect_error: str = ""
+    results: dict[str, dict[str, TestResult]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    processes: Counter[str] = field(default_factory=Counter)
+    patched: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        parts = self.path.parts
+        return "/".join(parts[parts.index("test") :]) if "test" in parts else self.path.name
+
+
+def find_test_files(path: Path) -> list[Path]:
+    """A test file itself, or the DEFAULT_FILES present under a source tree root (or under its test/ folder)."""
+    if path.is_file():
+        return [path.resolve()]
+    found = []
+    for rel in DEFAULT_FILES:
+        for candidate in (path / rel, path / rel.removeprefix("test/")):
+            if candidate.is_file():
+                found.append(candidate.resolve())
+                break
+    return found
+
+
+def working_dir(test_file: Path) -> Path:
+    """The ``test`` folder that holds the file (PyTorch runs its tests from there), else the file's own folder."""
+    for parent in test_file.parents:
+        if parent.name == "test":
+            return parent
+    return test_file.parent
+
+
+def strategy_env(strategy: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _CLEARED_ENV}
+    env[STRATEGY_ENV] = strategy
+    if strategy in ("stock", "prototype"):
+        env["PYTORCH_TEST_WITH_AOT_EAGER"] = "1"
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One pytest process
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProcessRun:
+    returncode: int
+    events: list[dict[str, Any]]
+    stderr_tail: str
+    seconds: float
+    timed_out: bool
+
+
+def _pytest_command(test_file: Path, extra: Sequence[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(test_file),
+        "-p",
+        PLUGIN,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--no-header",
+        "-o",
+        "addopts=",
+        "-W",
+        "ignore::DeprecationWarning",
+        *extra,
+    ]
+
+
+def run_pytest(
+    test_file: Path,
+    strategy: str,
+    *,
+    ids: Sequence[str] | None,
+    extra: Sequence[str] = (),
+    test_timeout: float,
+    idle_timeout: float,
+    scratch: Path,
+) -> ProcessRun:
+    """Run pytest on ``test_file`` (only ``ids`` if given) and return the plugin's events.
+
+    ``idle_timeout``: the process is killed when the plugin logs nothing for that long (a hang the per-test
+    faulthandler timeout did not end).
+    """
+    fd, log_path = tempfile.mkstemp(prefix=f"{strategy}-", suffix=".jsonl", dir=scratch)
+    os.close(fd)
+    env = strategy_env(strategy)
+    env[LOG_ENV] = log_path
+    env[TEST_TIMEOUT_ENV] = str(test_timeout)
+    if ids is not None:
+        ids_fd, ids_path = tempfile.mkstemp(prefix="ids-", suffix=".txt", dir=scratch)
+        with os.fdopen(ids_fd, "w") as f:
+            f.write("\n".join(ids) + "\n")
+        env[IDS_ENV] = ids_path
+    err_fd, err_path = tempfile.mkstemp(prefix="stderr-", suffix=".txt", dir=scratch)
+    start = time.monotonic()
+    with os.fdopen(err_fd, "w") as err:
+        proc = subprocess.Popen(
+            _pytest_command(test_file, extra),
+            cwd=working_dir(test_file),
+            env=env,
+            stdout=err,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: a kill reaches the workers it starts too
+        )
+        timed_out = False
+        last_size, last_change = -1, time.monotonic()
+        while proc.poll() is None:
+            time.sleep(0.2)
+            size = os.path.getsize(log_path)
+            if size != last_size:
+                last_size, last_change = size, time.monotonic()
+            elif time.monotonic() - last_change > idle_timeout:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    seconds = time.monotonic() - start
+    events = []
+    with open(log_path) as f:
+        for line in f:
+            with contextlib.suppress(json.JSONDecodeError):  # a line cut by the process dying mid-write
+                events.append(json.loads(line))
+    with open(err_path, errors="replace") as f:
+        stderr_tail = f.read()[-6000:]
+    return ProcessRun(proc.returncode, events, stderr_tail, seconds, timed_out)
+
+
+def _death_message(run: ProcessRun, test_timeout: float, running_since: float | None) -> str:
+    if run.timed_out:
+        return "timeout: no progress, the runner killed the process"
+    if running_since is not None and time.time() - running_since >= test_timeout - 1:
+        return f"timeout: the test ran over {test_timeout:.0f} s (faulthandler ended the process)"
+    rc = run.returncode
+    how = f"signal {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_ else f"exit {rc}"
+    fatal = next((ln.strip() for ln in run.stderr_tail.splitlines() if ln.startswith("Fatal Python error")), "")
+    return f"the process died ({how})" + (f": {fatal}" if fatal else "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Collection and shards
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def collect(test_file: Path, filter_expr: str | None, scratch: Path, timeout: float) -> tuple[list[str], str]:
+    """The test ids of a file under the plain strategy (``-k filter_expr`` applied), and a collection error if any."""
+    extra = ["--collect-only"] + (["-k", filter_expr] if filter_expr else [])
+    run = run_pytest(test_file, "plain", ids=None, extra=extra, test_timeout=0, idle_timeout=timeout, scratch=scratch)
+    ids: list[str] = []
+    errors = []
+    for event in run.events:
+        if event["event"] == "collected":
+            ids = event["ids"]
+        elif event["event"] == "collect_error":
+            errors.append(event["error"])
+    if not ids and not errors and run.returncode not in (0, 5):
+        tail = run.stderr_tail.strip().splitlines()
+        errors.append(_death_message(run, 0, None) + (f": {tail[-1]}" if tail else ""))
+    return ids, "; ".join(e.splitlines()[0] if e else "" for e in errors)
+
+
+def run_shard(
+    test_file: Path,
+    strategy: str,
+    ids: Sequence[str],
+    *,
+    test_timeout: float,
+    scratch: Path,
+    on_process: Callable[[ProcessRun], None],
+) -> dict[str, TestResult]:
+    """Run ``ids``, restarting after each crash, until every id has a result."""
+    results: dict[str, TestResult] = {}
+    remaining = list(ids)
+    while remaining:
+        run = run_pytest(
+            test_file,
+            strategy,
+            ids=remaining,
+            test_timeout=test_timeout,
+            idle_timeout=test_timeout + 120,
+            scratch=scratch,
+        )
+        on_process(run)
+        running: str | None = None
+        running_since: float | None = None
+        started_any = False
+        for event in run.events:
+            if event["event"] == "start":
+                running, running_since, started_any = event["id"], event["time"], True
+            elif event["event"] == "end":
+                results[event["id"]] = TestResult(event["outcome"], event["error"], event["seconds"])
+                running = None
+        finished = any(e["event"] == "finished" for e in run.events)
+        if running is not None:  # died inside a test: that test crashed, the rest run again in a new process
+            elapsed = round(time.time() - running_since, 3) if running_since else 0.0
+            results[running] = TestResult("crashed", _death_message(run, test_timeout, running_since), elapsed)
+        elif not started_any:
+            # No test ran: a collection error (the module failed to import under this strategy) fails them all,
+            # a process that died first (an import crash) crashes them all; no retry loop either way.
+            collect_errors = [e["error"] for e in run.events if e["event"] == "collect_error"]
+            if collect_errors:
+                outcome, message = "failed", "collection error: " + collect_errors[0]
+            else:
+                outcome, message = "crashed", "before any test ran: " + _death_message(run, test_timeout, None)
+            if finished and not collect_errors:
+                outcome, message = "missing", "not collected under this strategy"
+            for test_id in remaining:
+                results[test_id] = TestResult(outcome, message)
+        remaining = [i for i in remaining if i not in results]
+        if finished or (running is None and started_any):
+            # The session ended (or died between tests): whatever it did not report was not collected here.
+            for test_id in remaining:
+                results[test_id] = TestResult("missing", "not collected under this strategy")
+            remaining = []
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The whole run
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run_pytorch_tests(
+    path: Path,
+    *,
+    filter_expr: str | None = None,
+    jobs: int = 1,
+    shard_size: int = 50,
+    test_timeout: float = 600.0,
+    strategies: Sequence[str] = STRATEGIES,
+    scratch: Path | None = None,
+    progress: Callable[[str], None] = print,
+) -> list[FileRun]:
+    files = find_test_files(path)
+    if not files:
+        raise FileNotFoundError(
+            f"{path}: no test file (expected a test file or a tree with {', '.join(DEFAULT_FILES)})"
+        )
+    scratch_dir = Path(tempfile.mkdtemp(prefix="pytorch-tests-", dir=scratch))
+    runs = [FileRun(f) for f in files]
+    lock = threading.Lock()
+    tasks: list[tuple[FileRun, str, list[str]]] = []
+    for run in runs:
+        start = time.monotonic()
+        run.ids, run.collect_error = collect(run.path, filter_expr, scratch_dir, timeout=900)
+        progress(
+            f"{run.name}: {len(run.ids)} tests collected in {time.monotonic() - start:.0f} s"
+            + (f" (collection error: {run.collect_error})" if run.collect_error else "")
+        )
+        for strategy in strategies:
+            run.results[strategy] = {}
+            run.seconds[strategy] = 0.0
+        shards = [run.ids[i : i + shard_size] for i in range(0, len(run.ids), shard_size)]
+        # Interleaved, so that the three strategies of a shard finish close together.
+        tasks += [(run, strategy, shard) for shard in shards for strategy in strategies]
+
+    def work(task: tuple[FileRun, str, list[str]]) -> None:
+        run, strategy, shard = task
+
+        def on_process(p: ProcessRun) -> None:
+            with lock:
+                run.seconds[strategy] += p.seconds
+                run.processes[strategy] += 1
+                for event in p.events:
+                    if event["event"] == "patched":
+                        run.patched[strategy] = run.patched.get(strategy, False) or event["patched"]
+
+        results = run_shard(
+            run.path, strategy, shard, test_timeout=test_timeout, scratch=scratch_dir, on_process=on_process
+        )
+        with lock:
+            run.results[strategy].update(results)
+            counts = Counter(r.outcome for r in results.values())
+            progress(
+                f"{run.name} [{strategy}] {len(results)} tests: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+            )
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        list(pool.map(work, tasks))
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Regression:
+    file: str
+    test: str
+    outcome: str
+    error: str
+
+
+def prototype_only_failures(run: FileRun) -> list[Regression]:
+    """Tests that pass plainly and under stock, and fail or crash under the prototype."""
+    found = []
+    plain, stock, proto = (run.results.get(s, {}) for s in STRATEGIES)
+    for test_id in run.ids:
+        if test_id not in proto:
+            continue
+        if plain.get(test_id, TestResult("missing")).outcome != "passed":
+            continue
+        if stock.get(test_id, TestResult("missing")).outcome != "passed":
+            continue
+        if proto[test_id].outcome in ("failed", "crashed"):
+            found.append(Regression(run.name, test_id, proto[test_id].outcome, proto[test_id].error))
+    return found
+
+
+def stock_only_failures(run: FileRun) -> list[Regression]:
+    """The other direction, for information: plain and the prototype pass, stock fails or crashes."""
+    plain, stock, proto = (run.results.get(s, {}) for s in STRATEGIES)
+    return [
+        Regression(run.name, t, stock[t].outcome, stock[t].error)
+        for t in run.ids
+        if t in stock
+        and plain.get(t, TestResult("missing")).outcome == "passed"
+        and proto.get(t, TestResult("missing")).outcome == "passed"
+        and stock[t].outcome in ("failed", "crashed")
+    ]
+
+
+def error_line(error: str) -> str:
+    """The first line of an error, with the wrapped error's line where Dynamo wraps one ('... raised:')."""
+    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith("raised:") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:300]
+
+
+def summary_rows(runs: Sequence[FileRun]) -> list[dict[str, Any]]:
+    rows = []
+    for run in runs:
+        plain_passed = {t for t, r in run.results.get("plain", {}).items() if r.outcome == "passed"}
+        for strategy in run.results:
+            results = run.results[strategy]
+            counts = Counter(r.outcome for r in results.values())
+            rows.append(
+                {
+                    "file": run.name,
+                    "strategy": strategy,
+                    "tests": len(results),
+                    **{k: counts.get(k, 0) for k in OUTCOMES},
+                    "passed_of_plain_passed": sum(1 for t in plain_passed if results[t].outcome == "passed"),
+                    "plain_passed": len(plain_passed),
+                    "seconds": round(run.seconds.get(strategy, 0.0)),
+                    "processes": run.processes.get(strategy, 0),
+                    "compile_fn_patched": "" if strategy != "prototype" else str(run.patched.get(strategy, False)),
+                }
+            )
+    return rows
+
+
+def write_reports(
+    runs: Sequence[FileRun], out_dir: Path, *, command: str, filter_expr: str | None, elapsed: float
+) -> str:
+    """pytorch_tests.md, pytorch_tests_summary.csv, pytorch_tests_prototype_only.csv, pytorch_tests_results.csv."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = summary_rows(runs)
+    regressions = [r for run in runs for r in prototype_only_failures(run)]
+    stock_only = [r for run in runs for r in stock_only_failures(run)]
+
+    with open(out_dir / "pytorch_tests_summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["file"])
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(out_dir / "pytorch_tests_prototype_only.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["file", "test", "prototype_outcome", "error_first_line", "error"])
+        for r in regressions:
+            writer.writerow([r.file, r.test, r.outcome, error_line(r.error), r.error])
+    with open(out_dir / "pytorch_tests_results.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        strategies = [s for s in STRATEGIES if any(s in run.results for run in runs)]
+        writer.writerow(["file", "test"] + [f"{s}_{c}" for s in strategies for c in ("outcome", "seconds", "error")])
+        for run in runs:
+            for test_id in run.ids:
+                cells: list[Any] = [run.name, test_id]
+                for s in strategies:
+                    r = run.results.get(s, {}).get(test_id, TestResult("missing"))
+                    cells += [r.outcome, r.seconds, error_line(r.error)]
+                writer.writerow(cells)
+
+    lines = ["# PyTorch's test files, dynamo-wrapped: plain, stock and the prototype", ""]
+    lines.append(
+        "`plain`: no compile. `stock`: `PYTORCH_TEST_WITH_AOT_EAGER=1` (each test body under "
+        '`torch.compile(backend="aot_eager_decomp_partition")`, compiled autograd on). `prototype`: the same with '
+        '`TestCase.compile_fn` patched to `predispatch_views.backend("aot_eager_decomp_partition")`. A test counts '
+        "in the comparison only where the plain run passes. `crashed`: the process died in the test (signal, abort) "
+        "or the test timed out; `missing`: not collected under that strategy."
+    )
+    lines += ["", f"Command: `{command}`" + (f" (filter `-k {filter_expr}`)" if filter_expr else ""), ""]
+    for run in runs:
+        if run.collect_error:
+            lines.append(f"- {run.name}: collection error: {_md_cell(run.collect_error)}")
+    header = "| file | strategy | tests | passed | failed | crashed | skipped | missing | passed of plain-passed | s |"
+    lines += ["", header, "|" + "---|" * 10]
+    for row in rows:
+        lines.append(
+            f"| {row['file']} | {row['strategy']} | {row['tests']} | {row['passed']} | {row['failed']} | "
+            f"{row['crashed']} | {row['skipped']} | {row['missing']} | "
+            f"{row['passed_of_plain_passed']}/{row['plain_passed']} | {row['seconds']} |"
+        )
+    unpatched = [run.name for run in runs if "prototype" in run.results and not run.patched.get("prototype")]
+    if unpatched:
+        lines += ["", f"`TestCase.compile_fn` was not patched (no torch TestCase imported) in: {', '.join(unpatched)}."]
+    lines += ["", f"## Pass under plain and stock, fail or crash under the prototype: {len(regressions)}", ""]
+    if regressions:
+        lines += ["| file | test | prototype | first error line |", "|---|---|---|---|"]
+        lines += [
+            f"| {r.file} | `{r.test.split('::', 1)[-1]}` | {r.outcome} | {_md_cell(error_line(r.error))} |"
+            for r in regressions
+        ]
+    lines += ["", f"## For information: pass under plain and the prototype, fail under stock: {len(stock_only)}", ""]
+    if stock_only:
+        lines += ["| file | test | stock | first error line |", "|---|---|---|---|"]
+        lines += [
+            f"| {r.file} | `{r.test.split('::', 1)[-1]}` | {r.outcome} | {_md_cell(error_line(r.error))} |"
+            for r in stock_only
+        ]
+    lines += ["", f"_Generated by `python -m predispatch_views compare --pytorch-tests` in {elapsed:.0f} s._", ""]
+    text = "\n".join(lines)
+    (out_dir / "pytorch_tests.md").write_text(text)
+    return text
+
+
+def run_pytorch_tests_section(args: Any, out_dir: Path) -> int:
+    """The ``compare --pytorch-tests`` entry: run, write the reports, print the summary. Exit status 0."""
+    start = time.monotonic()
+    strategies = tuple(s.strip() for s in args.pytorch_tests_strategies.split(",") if s.strip())
+    runs = run_pytorch_tests(
+        Path(args.pytorch_tests),
+        filter_expr=args.pytorch_tests_filter,
+        jobs=max(args.jobs, 1),
+        shard_size=args.pytorch_tests_shard,
+        test_timeout=args.pytorch_tests_timeout,
+        strategies=strategies,
+    )
+    command = " ".join(["python -m predispatch_views", *sys.argv[1:]]) if sys.argv else "compare --pytorch-tests"
+    text = write_reports(
+        runs, out_dir, command=command, filter_expr=args.pytorch_tests_filter, elapsed=time.monotonic() - start
+    )
+    print(text)
+    print(f"wrote {out_dir / 'pytorch_tests.md'} and the CSV files beside it")
+    return 0

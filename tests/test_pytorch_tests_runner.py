@@ -1,0 +1,133 @@
+"""The PyTorch-test runner (compare/pytorch_tests.py) on a synthetic test file: each outcome classified right.
+
+No PyTorch test file is needed: the file is written here. Its tests pass, fail, segfault, abort, skip, and one
+fails only under the prototype strategy by design (it reads the strategy the runner exports to its processes),
+which the runner must list as a prototype-only failure. The file imports no torch, so each pytest process starts
+in about a second.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from predispatch_views.compare.pytorch_tests import (
+    find_test_files,
+    prototype_only_failures,
+    run_pytorch_tests,
+    working_dir,
+    write_reports,
+)
+
+SYNTHETIC = """
+import ctypes
+import os
+
+import pytest
+
+
+def test_passes():
+    assert 1 + 1 == 2
+
+
+def test_fails():
+    assert 1 + 1 == 3, "one plus one"
+
+
+def test_segfaults():
+    ctypes.string_at(0)
+
+
+def test_runs_after_the_crash():
+    pass
+
+
+def test_aborts():
+    os.abort()
+
+
+def test_fails_under_prototype_by_design():
+    assert os.environ["PREDISPATCH_VIEWS_PT_STRATEGY"] != "prototype", "the prototype strategy"
+
+
+def test_skipped():
+    pytest.skip("not here")
+
+
+@pytest.mark.xfail(reason="expected")
+def test_expected_failure():
+    assert False
+"""
+
+EXPECTED = {
+    "test_passes": ("passed", "passed", "passed"),
+    "test_fails": ("failed", "failed", "failed"),
+    "test_segfaults": ("crashed", "crashed", "crashed"),
+    "test_runs_after_the_crash": ("passed", "passed", "passed"),
+    "test_aborts": ("crashed", "crashed", "crashed"),
+    "test_fails_under_prototype_by_design": ("passed", "passed", "failed"),
+    "test_skipped": ("skipped", "skipped", "skipped"),
+    "test_expected_failure": ("skipped", "skipped", "skipped"),
+}
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, Path]:
+    root = tmp_path_factory.mktemp("tree")
+    test_dir = root / "test"
+    test_dir.mkdir()
+    (test_dir / "test_synthetic.py").write_text(SYNTHETIC)
+    # Shards of 3: the crashes land in different shards and each restarts its own after the crashing test.
+    runs = run_pytorch_tests(
+        test_dir / "test_synthetic.py", jobs=2, shard_size=3, test_timeout=120, progress=lambda _: None
+    )
+    out = tmp_path_factory.mktemp("out")
+    write_reports(runs, out, command="test", filter_expr=None, elapsed=0.0)
+    return runs, out
+
+
+def test_each_outcome_classified(synthetic_run: tuple[list, Path]) -> None:
+    runs, _ = synthetic_run
+    (run,) = runs
+    assert sorted(i.split("::")[-1] for i in run.ids) == sorted(EXPECTED)
+    for test_id in run.ids:
+        name = test_id.split("::")[-1]
+        got = tuple(run.results[s][test_id].outcome for s in ("plain", "stock", "prototype"))
+        assert got == EXPECTED[name], name
+    plain = run.results["plain"]
+    by_name = {i.split("::")[-1]: r for i, r in plain.items()}
+    assert "SIGSEGV" in by_name["test_segfaults"].error
+    assert "SIGABRT" in by_name["test_aborts"].error
+    assert by_name["test_fails"].error.startswith("AssertionError: one plus one")
+
+
+def test_prototype_only_failure_listed(synthetic_run: tuple[list, Path]) -> None:
+    runs, out = synthetic_run
+    (regression,) = prototype_only_failures(runs[0])
+    assert regression.test.endswith("test_fails_under_prototype_by_design")
+    assert regression.outcome == "failed"
+    assert "the prototype strategy" in regression.error
+    with open(out / "pytorch_tests_prototype_only.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["test"].split("::")[-1] for r in rows] == ["test_fails_under_prototype_by_design"]
+    assert rows[0]["error_first_line"].startswith("AssertionError: the prototype strategy")
+    with open(out / "pytorch_tests_summary.csv") as f:
+        summary = {r["strategy"]: r for r in csv.DictReader(f)}
+    assert (summary["plain"]["passed"], summary["plain"]["failed"], summary["plain"]["crashed"]) == ("3", "1", "2")
+    assert (summary["prototype"]["passed"], summary["prototype"]["failed"]) == ("2", "2")
+    assert "Pass under plain and stock, fail or crash under the prototype: 1" in (out / "pytorch_tests.md").read_text()
+
+
+def test_file_discovery(tmp_path: Path) -> None:
+    (tmp_path / "test" / "functorch").mkdir(parents=True)
+    for rel in ("test/test_view_ops.py", "test/functorch/test_aotdispatch.py"):
+        (tmp_path / rel).write_text("")
+    found = find_test_files(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+        "test/test_view_ops.py",
+        "test/functorch/test_aotdispatch.py",
+    ]
+    assert find_test_files(tmp_path / "test") == found
+    assert working_dir(found[1]) == tmp_path / "test"
