@@ -58,6 +58,12 @@ def _core_graph(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphMod
     for n in gm.graph.nodes:
         if n.op == "output" or (n in selection.epilogue and n not in selection.duplicated):
             continue
+        if n in selection.duplicated and graph_ops.may_return_self(n):
+            # Eager's readers read the input itself (Note [Ops that return their input]); a copy in the core would
+            # be AOTAutograd's decomposition, a clone, and the compiled backward would save the clone, which the
+            # user's writes to the replayed result (the input) never bump (T5's encoder output, issue 21 class 4).
+            env[n] = env[n.args[0]]  # type: ignore[index]
+            continue
         env[n] = graph.node_copy(n, env.__getitem__)
         if n in selection.epilogue and graph_ops.mutated_input(n) is not None:
             # The epilogue replays the in-place call on the core's (unmutated) base; the core only needs the
