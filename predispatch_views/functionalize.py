@@ -58,7 +58,7 @@ def _core_graph(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphMod
     for n in gm.graph.nodes:
         if n.op == "output" or (n in selection.epilogue and n not in selection.duplicated):
             continue
-        if n in selection.duplicated and graph_ops.may_return_self(n):
+        if n in selection.duplicated and graph_ops.is_input_returned_by_a_fresh_op(n):
             # Eager's readers read the input itself (Note [Ops that return their input]); a copy in the core would
             # be AOTAutograd's decomposition, a clone, and the compiled backward would save the clone, which the
             # user's writes to the replayed result (the input) never bump (T5's encoder output, issue 21 class 4).

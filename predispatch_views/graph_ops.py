@@ -93,6 +93,15 @@ def returns_its_input(node: fx.Node) -> bool:
     return _traced_pair(node) is not None
 
 
+def is_input_returned_by_a_fresh_op(node: fx.Node) -> bool:
+    """An op whose schema promises a fresh tensor but that returns its input itself here (Note [Ops that return
+    their input]): ``dropout`` with p=0 or in eval, ``type_as`` to the same dtype... Its value is its input's, so
+    a reader may read the input instead. Not a declared view with the input's geometry: ``_conj``, ``_neg_view``
+    or ``view(dtype)`` keep the geometry and change the values."""
+    op = _overload(node)
+    return op is not None and op._schema.arguments[0].alias_info is None and returns_its_input(node)
+
+
 def _traced_pair(node: fx.Node) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The traced value of ``node`` and of its first argument, when they share storage."""
     value, first = node.meta.get("val"), node.args[0].meta.get("val")  # type: ignore[union-attr]

@@ -196,3 +196,37 @@ def test_writing_a_returned_input_of_dropout_breaks_the_backward_as_in_eager(p: 
     expected = run(encoder_then_cross_attention)
     assert expected is not None and "modified by an inplace operation" in expected[1]
     assert run(compiled) == expected
+
+
+def conj_read_then_written(a0: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # test_view_ops.py::test_conj_view_with_shared_memory: the core reads the conj view, the epilogue replays it.
+    a = a0.clone()
+    b = a.conj()
+    x1 = torch.add(a, b)
+    x2 = a.add_(b)
+    return x1, x2, b
+
+
+def dtype_view_read_then_written(a0: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    a = a0.clone()
+    b = a.view(torch.int32)  # the same geometry as a, other values
+    x1 = b + 1
+    a.add_(1)
+    return x1, a, b
+
+
+@pytest.mark.parametrize(
+    ("fn", "make_inputs"),
+    [
+        (conj_read_then_written, lambda: [torch.tensor([1.0 + 2.0j, -3.0 + 0.5j])]),
+        (dtype_view_read_then_written, lambda: [_randn(2, 3)]),
+    ],
+    ids=["conj", "view_dtype"],
+)
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_view_with_its_inputs_geometry_is_not_its_input(fn, make_inputs, entry: str) -> None:
+    if entry == "backend":
+        compiled = torch.compile(fn, backend=_backend())
+    else:
+        compiled = predispatch_views.compile_function(fn, inner="aot_eager")
+    assert_matches_eager(fn, compiled, make_inputs)
