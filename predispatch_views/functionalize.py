@@ -23,6 +23,7 @@ is what that functionalization produces, with the user's views preserved: explai
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,18 +38,25 @@ EPILOGUE_TAG = "predispatch_views_epilogue"
 aten = torch.ops.aten
 
 
-@dataclass(frozen=True)
+@dataclass
 class FunctionalizedProgram:
-    functional: fx.GraphModule  # view-preserving functional graph
-    executable: fx.GraphModule  # same epilogue; the core keeps the user's mutations
+    executable: fx.GraphModule  # what runs: the epilogue after a core that keeps the user's mutations
+    core: fx.GraphModule
+    source: fx.GraphModule
+    selection: EpilogueSelection
+
+    @functools.cached_property
+    def functional(self) -> fx.GraphModule:
+        """The view-preserving functional graph, for explain() only: functionalizing a core that mutates is one
+        more trace, so it is built when first asked for, never on the compile path."""
+        if not any(graph_ops.mutated_input(n) is not None for n in self.core.graph.nodes):
+            return self.executable
+        return _append_epilogue(_functionalize(self.core), self.source, self.selection)
 
 
 def functionalize_preserving_views(gm: fx.GraphModule, selection: EpilogueSelection) -> FunctionalizedProgram:
     core = _core_graph(gm, selection)
-    executable = _append_epilogue(core, gm, selection)
-    if not any(graph_ops.mutated_input(n) is not None for n in core.graph.nodes):
-        return FunctionalizedProgram(functional=executable, executable=executable)
-    return FunctionalizedProgram(_append_epilogue(_functionalize(core), gm, selection), executable)
+    return FunctionalizedProgram(_append_epilogue(core, gm, selection), core, gm, selection)
 
 
 def _core_graph(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphModule:

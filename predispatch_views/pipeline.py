@@ -37,7 +37,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from . import _torch_internals as ti
 from . import graph_ops
 from .analysis import NO_GRAPH_BREAKS, EpilogueSelection, Fallback, GraphBreaks, select_epilogue
-from .functionalize import functionalize_preserving_views
+from .functionalize import FunctionalizedProgram, functionalize_preserving_views
 from .labels import graph_label
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
 from .slicing import SlicedProgram, slice_graph
@@ -64,11 +64,16 @@ class CompiledProgram:
     run: Callable[..., Any]
     pre_dispatch: fx.GraphModule | None = None
     selection: EpilogueSelection | None = None
-    functional: fx.GraphModule | None = None
+    functionalized: FunctionalizedProgram | None = None
     sliced: SlicedProgram | None = None
     epilogue_source: str | None = None
     fallback_reason: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def functional(self) -> fx.GraphModule | None:
+        """The view-preserving functional graph (built on first access: explain() asks, compiling does not)."""
+        return self.functionalized.functional if self.functionalized is not None else None
 
 
 def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
@@ -129,7 +134,7 @@ def compile_captured(
         else:
             result.selection = selection
             functionalized = functionalize_preserving_views(pre_dispatch, selection)
-            result.functional = functionalized.functional
+            result.functionalized = functionalized
             # Parts cost a compiled function each and matter only to a backward (Note [Independent parts of the
             # core] in slicing.py): without one, the core stays whole.
             differentiable = grad_enabled and any(requires_grad)

@@ -36,7 +36,9 @@ def forward(self, arg0_1):
     mul = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
     return (mul,)""",
         )
-        self.assertExpectedInline(program.epilogue_source.strip(), """\
+        self.assertExpectedInline(
+            program.epilogue_source.strip(),
+            """\
 def run(*args):
     core = _core(*args)
     v0 = core[0]
@@ -44,11 +46,14 @@ def run(*args):
     v2 = v1[0]
     v3 = v1[1]
     v4 = v1[2]
-    return (v2, v3, v4, )""")
+    return (v2, v3, v4, )""",
+        )
 
     def test_mutation_of_the_base_before_its_views(self) -> None:
         program = _compile(mutate_then_view, torch.randn(3, 4, requires_grad=True))
-        self.assertExpectedInline(program.pre_dispatch.code.strip(), """\
+        self.assertExpectedInline(
+            program.pre_dispatch.code.strip(),
+            """\
 def forward(self, arg0_1):
     mul = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
     add_ = torch.ops.aten.add_.Tensor(mul, 1);  mul = None
@@ -56,8 +61,11 @@ def forward(self, arg0_1):
     getitem = unbind[0]
     getitem_1 = unbind[1]
     getitem_2 = unbind[2];  unbind = None
-    return [getitem, getitem_1, getitem_2]""")
-        self.assertExpectedInline(program.functional.code.strip(), """\
+    return [getitem, getitem_1, getitem_2]""",
+        )
+        self.assertExpectedInline(
+            program.functional.code.strip(),
+            """\
 def forward(self, arg0_1):
     mul = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
     add = torch.ops.aten.add.Tensor(mul, 1);  mul = None
@@ -65,8 +73,11 @@ def forward(self, arg0_1):
     getitem = unbind[0]
     getitem_1 = unbind[1]
     getitem_2 = unbind[2];  unbind = None
-    return [getitem, getitem_1, getitem_2]""")
-        self.assertExpectedInline(program.epilogue_source.strip(), """\
+    return [getitem, getitem_1, getitem_2]""",
+        )
+        self.assertExpectedInline(
+            program.epilogue_source.strip(),
+            """\
 def run(*args):
     core = _core(*args)
     v0 = core[0]
@@ -74,4 +85,39 @@ def run(*args):
     v2 = v1[0]
     v3 = v1[1]
     v4 = v1[2]
-    return (v2, v3, v4, )""")
+    return (v2, v3, v4, )""",
+        )
+
+
+def test_compiling_traces_once_and_the_functional_graph_only_when_asked(monkeypatch) -> None:
+    # Issue 23: the view-preserving functional graph is for explain(); a core that mutates must not pay for it.
+    from predispatch_views import _torch_internals as ti
+    from predispatch_views.pipeline import compile_dynamo_graph
+
+    traces: list[str] = []
+    original = ti.trace_pre_dispatch
+
+    def counting(fn, args):
+        traces.append(getattr(fn, "__name__", "?"))
+        return original(fn, args)
+
+    monkeypatch.setattr(ti, "trace_pre_dispatch", counting)
+    programs = []
+
+    def recording_backend(gm, example_inputs):
+        programs.append(compile_dynamo_graph(gm, example_inputs, "aot_eager"))
+        return programs[-1].run
+
+    def f(x):
+        y = x.mul(2)
+        y.add_(1)  # the core mutates an intermediate
+        return y.unbind(0)
+
+    x = torch.randn(3, 2, requires_grad=True)
+    outs = torch.compile(f, backend=recording_backend)(x)
+    torch.testing.assert_close(torch.stack(outs), torch.stack(f(x)))
+    assert len(traces) == 1, traces  # the capture only
+    functional = programs[0].functional
+    assert len(traces) == 2, traces  # built on first access
+    assert "add_" not in functional.code and "aten.add.Tensor" in functional.code
+    assert programs[0].functional is functional and len(traces) == 2
