@@ -11,11 +11,17 @@ Entry points:
 
 from __future__ import annotations
 
-from .backend import BACKEND_NAME, backend, register
-from .compile_function import compile_function
-from .explain import explain
-from .flag import disable, enable, is_enabled, read_environment
-from .pipeline import FALLBACKS, GRAPHS, CompiledProgram, StrictModeError, report
+from ._torch_support import UnsupportedTorchWarning, check_torch_release
+
+# First: an unsupported torch gets a message saying what to do before any private torch API is imported
+# (Note [Supported torch releases] in _torch_support.py).
+check_torch_release()
+
+from .backend import BACKEND_NAME, backend, register  # noqa: E402
+from .compile_function import compile_function  # noqa: E402
+from .explain import explain  # noqa: E402
+from .flag import disable, enable, is_enabled, read_environment  # noqa: E402
+from .pipeline import FALLBACKS, GRAPHS, CompiledProgram, StrictModeError, report  # noqa: E402
 
 __all__ = [
     "BACKEND_NAME",
@@ -23,6 +29,7 @@ __all__ = [
     "GRAPHS",
     "CompiledProgram",
     "StrictModeError",
+    "UnsupportedTorchWarning",
     "backend",
     "compile_function",
     "disable",

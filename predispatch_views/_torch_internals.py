@@ -1,6 +1,7 @@
 """Every private torch API the project relies on, in one place.
 
-A torch upgrade should only need changes here. Tested with torch 2.13.
+A torch upgrade should only need changes here. ``CHECKED_ON`` below names, per API, the torch releases it was
+checked on (Note [Private APIs per torch release]); the supported range is in _torch_support.py.
 
 Relied on:
 - ``torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True)``: tracing above autograd, so the graph
@@ -64,6 +65,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 __all__ = [
     "AUTOGRAD_FUNCTION_APPLY",
+    "CHECKED_ON",
     "SET_GRAD_ENABLED",
     "FakeTensor",
     "FakeTensorMode",
@@ -95,6 +97,45 @@ __all__ = [
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
 AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
+
+# Note [Private APIs per torch release]
+# Each private API above, and the torch releases it was checked on: the test suite passes on the release (the
+# tests exercise every entry), and the API's signature and behaviour were compared between the releases' sources.
+# A new release: run the suite on it, read what changed in these APIs, add a shim here keyed on the version or on
+# the feature where one moved, then add the release to each entry and to _torch_support.CHECKED_RELEASES.
+# Differences found between 2.13.0 and 2.14.1, none needing a shim: make_fx gained ``dynamic_shapes=None``;
+# FunctionalTensorMode gained ``_keep_input_mutations=True`` (2.13's behaviour); the runtime wrappers' code
+# generation was rewritten but still binds ``runtime_wrappers.gen_alias_from_base`` by name when it compiles.
+_BOTH = ("2.13.0", "2.14.1")
+CHECKED_ON: dict[str, tuple[str, ...]] = {
+    "torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True, record_module_stack=True)": _BOTH,
+    "torch._subclasses.functional_tensor.FunctionalTensorMode(pre_dispatch=True)": _BOTH,
+    "torch._functorch._aot_autograd.functional_utils: to_fun, from_fun, has_data_mutation": _BOTH,
+    "torch._dispatch.python.enable_python_dispatcher": _BOTH,
+    "torch._guards.detect_fake_mode": _BOTH,
+    "torch._subclasses.fake_tensor: FakeTensor, FakeTensorMode(allow_non_fake_inputs=True), from_tensor": _BOTH,
+    "torch._dynamo.backends.registry: lookup_backend, register_backend, _COMPILER_FNS, _BACKENDS, "
+    "_discover_entrypoint_backends": _BOTH,
+    "torch._guards.TracingContext: try_get, tensor_to_context, get_traced_code": _BOTH,
+    "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
+    "torch._inductor.compile_fx.compile_fx": _BOTH,
+    "torch._TorchCompileInductorWrapper.__call__": _BOTH,
+    "torch._functionalize_is_multi_output_view": _BOTH,
+    "torch._functorch.config: view_replay_for_aliased_outputs, enable_autograd_cache": _BOTH,
+    "torch._inductor.config.fx_graph_cache": _BOTH,
+    "torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base (its signature, bound by name)": _BOTH,
+    "torch._C._set_grad_enabled": _BOTH,
+    "torch.ops.higher_order.autograd_function_apply": _BOTH,
+    "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
+    "torch._dynamo.compiled_autograd._enable": _BOTH,
+    "torch._dynamo.utils.counters (aot_autograd and inductor cache keys, cudagraph_skips)": _BOTH,
+    "torch.testing._internal.two_tensor.TwoTensor": _BOTH,
+    "GraphModule.compile_subgraph_reason (user_stack, graph_break), gm.meta['dynamo_compile_id']": _BOTH,
+    "torch._dynamo.resume_execution.TORCH_DYNAMO_RESUME_IN_PREFIX": _BOTH,
+    "torch._C._autograd: _get_creation_meta, _set_creation_meta, CreationMeta": _BOTH,
+    "torch._C._functionalization: unbind_int_ViewMeta, split_Tensor_ViewMeta, split_with_sizes_ViewMeta "
+    "(as_tuple() layout), apply_view_meta_sequence": _BOTH,
+}
 
 
 def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:

@@ -32,6 +32,7 @@ from .. import pipeline
 from .fuzz_program import Program, generate, shrink
 from .parity import _isolated
 from .probes import PROBES, Call, Raised, Subject, attempt, describe, differences
+from .report import stock_version_line
 from .strategies import Strategy, eager, prototype, prototype_fn, stock
 
 RNG_SEED = 1234
@@ -363,6 +364,8 @@ def markdown(results: FuzzResults) -> str:
     rate = n / results.seconds * 60 if results.seconds else 0.0
     lines = [
         f"## Differential fuzzing: {n} programs, seed {results.seed}",
+        "",
+        stock_version_line(),
         "",
         f"Every probe of the parity suite plus `after_call` and `sharing`; {results.seconds:.0f} s "
         f"({rate:.0f} programs/minute, shrinking included). `fallback` programs are not counted in match/"

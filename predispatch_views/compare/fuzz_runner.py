@@ -33,6 +33,7 @@ from .fuzz import (
     table_lines,
     violated_rule,
 )
+from .report import stock_version_line
 from .strategies import Strategy, eager
 
 CHUNK = 25
@@ -204,6 +205,8 @@ def markdown(rows: list[dict[str, Any]], labels: list[str], seeds: Sequence[int]
     died = [r["name"] for r in rows if r.get("died")]
     lines = [
         f"## Differential fuzzing: {len(rows)} programs, seeds {', '.join(map(str, seeds))}",
+        "",
+        stock_version_line(),
         "",
         f"Every probe of the parity suite plus `after_call` and `sharing`; {seconds:.0f} s of wall time in worker "
         "processes. `fallback` programs are not counted in match/divergence/crash; `fallback_match` is how many of "

@@ -9,12 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from .probes import PROBES, Raised, describe, first_difference
 
 if TYPE_CHECKING:
     from .parity import CaseRun, Divergence, ParityResults
 
 AS_STRIDED = "AsStridedBackward0"
+
+
+def stock_version_line() -> str:
+    """Which torch "stock" is: its behaviour changes between releases (design/02), so every table names it."""
+    return f"stock = torch {torch.__version__} (`torch.compile(fn, backend=inner)` of the torch that ran this table)"
 
 
 @dataclass(frozen=True)
@@ -196,7 +203,7 @@ def _markdown(headers: tuple[str, ...] | list[str], rows: list[tuple[str, ...]] 
 
 def text_table(results: ParityResults) -> str:
     n = len(results.cases)
-    title = f"Parity with eager: {n} cases x {len(PROBES)} probes ({', '.join(PROBES)})"
+    title = f"Parity with eager: {n} cases x {len(PROBES)} probes ({', '.join(PROBES)})\n{stock_version_line()}"
     headers, rows = _case_matrix(results)
     per_case = "Per case (probes matched; F: prototype fell back)"
     note = _not_run_note(results)
@@ -261,6 +268,8 @@ def markdown(
     headers, rows = _case_matrix(results)
     parts = [
         "## Parity with eager",
+        "",
+        stock_version_line(),
         "",
         f"{len(results.cases)} cases x {len(PROBES)} probes ({', '.join(PROBES)}); every probe runs on the "
         f"outputs of a fresh call and is compared with eager (same values and grads, or the same exception).",
