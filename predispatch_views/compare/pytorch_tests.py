@@ -410,6 +410,22 @@ def stock_only_failures(run: FileRun) -> list[Regression]:
     ]
 
 
+def engine_revision() -> str:
+    """The prototype's git commit, marked when the engine's working tree differs from it (runs take minutes while the
+    engine may change underneath), or "unknown" outside a git checkout."""
+    package = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=package, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        engine_files = ":(glob)*.py"  # the package's top-level modules, not compare/
+        status = ["git", "status", "--porcelain", "--", engine_files]
+        dirty = subprocess.run(status, cwd=package, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + (" with uncommitted changes to the engine modules" if dirty else "")
+
+
 def error_line(error: str) -> str:
     """The first line of an error, with the wrapped error's line where Dynamo wraps one ('... raised:')."""
     lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
@@ -448,7 +464,14 @@ def summary_rows(runs: Sequence[FileRun]) -> list[dict[str, Any]]:
 
 
 def write_reports(
-    runs: Sequence[FileRun], out_dir: Path, *, command: str, filter_expr: str | None, elapsed: float
+    runs: Sequence[FileRun],
+    out_dir: Path,
+    *,
+    command: str,
+    filter_expr: str | None,
+    elapsed: float,
+    engine: str = "unknown",
+    torch_version: str = "unknown",
 ) -> str:
     """pytorch_tests.md, pytorch_tests_summary.csv, pytorch_tests_prototype_only.csv, pytorch_tests_results.csv."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -485,7 +508,8 @@ def write_reports(
         "in the comparison only where the plain run passes. `crashed`: the process died in the test (signal, abort) "
         "or the test timed out; `missing`: not collected under that strategy."
     )
-    lines += ["", f"Command: `{command}`" + (f" (filter `-k {filter_expr}`)" if filter_expr else ""), ""]
+    lines += ["", f"Command: `{command}`" + (f" (filter `-k {filter_expr}`)" if filter_expr else "")]
+    lines += ["", f"Engine: {engine} (at the start of the run); torch {torch_version}.", ""]
     for run in runs:
         if run.collect_error:
             lines.append(f"- {run.name}: collection error: {_md_cell(run.collect_error)}")
@@ -522,7 +546,10 @@ def write_reports(
 
 def run_pytorch_tests_section(args: Any, out_dir: Path) -> int:
     """The ``compare --pytorch-tests`` entry: run, write the reports, print the summary. Exit status 0."""
+    import torch
+
     start = time.monotonic()
+    engine = engine_revision()
     strategies = tuple(s.strip() for s in args.pytorch_tests_strategies.split(",") if s.strip())
     runs = run_pytorch_tests(
         Path(args.pytorch_tests),
@@ -534,7 +561,13 @@ def run_pytorch_tests_section(args: Any, out_dir: Path) -> int:
     )
     command = " ".join(["python -m predispatch_views", *sys.argv[1:]]) if sys.argv else "compare --pytorch-tests"
     text = write_reports(
-        runs, out_dir, command=command, filter_expr=args.pytorch_tests_filter, elapsed=time.monotonic() - start
+        runs,
+        out_dir,
+        command=command,
+        filter_expr=args.pytorch_tests_filter,
+        elapsed=time.monotonic() - start,
+        engine=engine,
+        torch_version=torch.__version__,
     )
     print(text)
     print(f"wrote {out_dir / 'pytorch_tests.md'} and the CSV files beside it")
