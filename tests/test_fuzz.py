@@ -2,30 +2,44 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 
 from predispatch_views.compare.fuzz import (
     CRASH_WHERE_STOCK_RUNS,
     WRONG_ON_A_PROBE,
     WRONG_WHERE_STOCK_MATCHES,
+    FuzzStrategy,
     Run,
     classify,
     failure_markdown,
     failure_predicate,
     fuzz,
     fuzz_strategies,
+    program_features,
     run_program,
+    setting_of,
     violated_rule,
     wrong_on_a_probe,
 )
-from predispatch_views.compare.fuzz_program import Program, Stmt, generate, shrink
+from predispatch_views.compare.fuzz_program import (
+    DIMENSIONS,
+    Program,
+    Stmt,
+    _eager_outcomes,
+    generate,
+    parse_dimensions,
+    shrink,
+)
 from predispatch_views.compare.probes import SEED, Raised, first_difference
 from predispatch_views.compare.strategies import Strategy, eager
 
@@ -236,3 +250,208 @@ def test_fixed_seed_sample_prototype_never_wrong_where_stock_matches() -> None:
     broken = [f for f in results.failures if f.rule != WRONG_ON_A_PROBE]
     report = "\n".join(line for f in broken for line in failure_markdown(f))
     assert not broken, report
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The new dimensions (Note [Fuzz dimensions]).
+# ---------------------------------------------------------------------------------------------------------
+
+ALL = parse_dimensions("all")
+# sha256 of the sources of programs (44, 0..299) from the classic generator as it was before the new dimensions
+# (commit d24944f): the documented seeds must keep reproducing.
+CLASSIC_SEED_44_DIGEST = "4842c7ec6c7962378b986b50fb52c2a4f6bf571e154fc9be7c32ccab4b16fd33"
+
+
+def test_classic_generator_is_unchanged() -> None:
+    sources = [generate(44, i).source() for i in range(300)]
+    assert hashlib.sha256("".join(sources).encode()).hexdigest() == CLASSIC_SEED_44_DIGEST
+    assert [generate(44, i, parse_dimensions("classic")).source() for i in range(20)] == sources[:20]
+
+
+def test_new_dimensions_keep_the_classic_statements() -> None:
+    """The new statements are inserted between the classic ones, which stay as they were, in order."""
+    for i in range(30):
+        classic, extended = generate(8, i), generate(8, i, ALL)
+        assert [s.code for s in extended.body if s.code in {c.code for c in classic.body}] == [
+            s.code for s in classic.body
+        ]
+        assert extended.outputs[: len(classic.outputs)] == classic.outputs
+        assert extended.name == f"fuzz_s8_{i}_all"
+
+
+def test_parse_dimensions() -> None:
+    assert parse_dimensions("all") == frozenset(DIMENSIONS)
+    assert parse_dimensions("classic") == frozenset()
+    assert parse_dimensions("out, dynamic") == {"out", "dynamic"}
+    with pytest.raises(ValueError, match="unknown"):
+        parse_dimensions("out,bogus")
+
+
+def test_generator_produces_every_new_dimension_within_60_programs() -> None:
+    programs = [generate(9, i, ALL) for i in range(60)]
+    seen: set[str] = set()
+    for p in programs:
+        seen.update(program_features(p))
+        seen.update(f"setting {s}" for s in p.settings)
+        seen.update(s.kind for s in p.body)
+    expected = {
+        "out=",
+        "multi-output out=",
+        "out= call into an input",
+        "out= call into a value",
+        "int input",
+        "int varies (SymInt)",
+        "list input",
+        "None input",
+        "other sizes",
+        "called under no_grad",
+        "called under inference_mode",
+        "setting dynamic",
+        "setting compiled_autograd",
+    }
+    assert expected <= seen, expected - seen
+
+
+def test_new_dimension_programs_are_valid_by_construction() -> None:
+    """Every call of most programs runs in eager; a program called with other sizes behaves alike on each call."""
+    ran = 0
+    for i in range(80):
+        program = generate(10, i, ALL)
+        outcomes = _eager_outcomes(program)
+        assert len(outcomes) == len(program.call_params)
+        assert all(o == outcomes[0] for o in outcomes), (outcomes, program.source())
+        ran += outcomes[0] == "ran"
+    assert ran >= 60
+
+
+# A tiny program with every new program dimension: an int k (varying: a SymInt), a list input, a None input, out=
+# into an intermediate and into an input, a multi-output out=, three calls with other sizes.
+TINY = Program(
+    0,
+    0,
+    ("a", "b", "k", "xs", "opt"),
+    (
+        "a_base = torch.randn((n, 3), generator=gen).requires_grad_()",
+        "a = a_base.mul(1)",
+        "b = torch.randn((n, 3), generator=gen)",
+        "xs = [torch.randn((3,), generator=gen).requires_grad_(), torch.randn((3,), generator=gen)]",
+        "opt = None",
+        "return (a, b, k, xs, opt,), (a_base, xs[0],), ()",
+    ),
+    (
+        Stmt("t0 = a.mul(k) + xs[0]", ("t0",), ("a", "k", "xs")),
+        Stmt("t1 = t0.add(1.0) if opt is None else t0.add(opt)", ("t1",), ("t0", "opt")),
+        Stmt("u0 = torch.empty_like(t1)\nwith torch.no_grad():\n    torch.sin(t1, out=u0)", ("u0",), ("t1",)),
+        Stmt("torch.mul(u0, 2.0, out=b)", (), ("u0", "b")),
+        Stmt(
+            "v, i = torch.empty(0), torch.empty(0, dtype=torch.long)\nwith torch.no_grad():\n"
+            "    torch.max(t1, 1, out=(v, i))",
+            ("v", "i"),
+            ("t1",),
+        ),
+        Stmt("t2 = t1[:k]", ("t2",), ("t1", "k")),
+        Stmt("t3, t4 = t1.split_with_sizes([1, 2], 1)", ("t3", "t4"), ("t1",)),
+    ),
+    ("t2", "t3", "t4", "u0", "v", "i"),
+    params=(("n", 3), ("k", 2)),
+    calls=((5, 3), (4, 1)),
+)
+
+
+TINY_PROBES = [
+    f"{name}{call}"
+    for call in ("", "@call2", "@call3")
+    for name in ("forward", "alias", "grad_fn", "backward", "mutate_output", "after_call")
+]
+
+
+@pytest.mark.parametrize(
+    ("setting", "call_mode"),
+    [("", ""), ("", "no_grad"), ("", "inference_mode"), ("dynamic", ""), ("compiled_autograd", "")],
+)
+def test_each_strategy_setting_runs_a_tiny_program_and_matches_eager(setting: str, call_mode: str) -> None:
+    """Stock and the backend under each setting, every probe on each of the three calls, compared with eager: the
+    prototype matches eager."""
+    program = replace(TINY, call_mode=call_mode, settings=(setting,) if setting else ())
+    strategies = [s for s in fuzz_strategies("aot_eager", ALL) if setting_of(s) == setting and s.name != "eager"]
+    assert {s.label for s in strategies} >= {f"stock[aot_eager{',' + setting if setting else ''}]"}
+    reference = run_program(program, eager(), TINY_PROBES)
+    assert list(reference.observations) == TINY_PROBES
+    assert not isinstance(reference.observations["forward@call3"], Raised)
+    outcomes = {s.label: classify(reference, run_program(program, s, TINY_PROBES)) for s in strategies}
+    # Stock regenerates t2 (a slice by a SymInt) with as_strided on the later calls: AsStridedBackward0.
+    for label, outcome in outcomes.items():
+        if label.startswith("prototype"):
+            assert outcome.kind == "match", (label, outcome.describe())
+
+
+def _draws_again_on_other_sizes() -> Callable[[Callable[..., Any], Any], Any]:
+    """A planted difference only a later call with other sizes (or another k) reaches: an extra random draw."""
+    first: list[str] = []
+
+    def wrap(fn: Callable[..., Any], args: Any) -> Any:
+        out = fn(*args)
+        signature = repr([tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in pytree.tree_leaves(args)])
+        if first and first[0] != signature:
+            torch.rand(1)
+        first[:] = first or [signature]
+        return out
+
+    return wrap
+
+
+def _fake_setting(name: str, setting: str, make_wrap: Callable[[], Callable[..., Any]]) -> FuzzStrategy:
+    """A fake strategy under a setting; ``make_wrap()`` gives each compiled function its own planted wrapper."""
+
+    def make(fn: Callable[..., Any]) -> Callable[..., Any]:
+        wrap = make_wrap()
+        return lambda *args: wrap(fn, args)
+
+    return FuzzStrategy(name, "fake", make, setting=setting)
+
+
+def _runs(fn: Callable[..., Any], args: Any) -> Any:
+    return fn(*args)
+
+
+def test_a_planted_difference_under_dynamic_is_classified_against_stock_of_the_same_setting() -> None:
+    """The prototype under ``dynamic`` differs from eager on the second call only; stock under ``dynamic`` is right,
+    stock under the default setting is wrong everywhere: the rule must compare with the former."""
+    strategies = [
+        eager(),
+        _fake_setting("stock", "", lambda: _extra_draw),
+        _fake_setting("prototype", "", lambda: _runs),
+        _fake_setting("stock", "dynamic", lambda: _runs),
+        _fake_setting("prototype", "dynamic", _draws_again_on_other_sizes),
+    ]
+    dims = parse_dimensions("sizes,dynamic")
+    index = next(i for i in range(40) if (p := generate(11, i, dims)).calls and _eager_runs(p))
+    results = fuzz(1, 11, strategies, start=index, do_shrink=False, dimensions=dims)
+    ((program, row),) = results.programs
+    assert program.settings == ("dynamic",) and len(program.call_params) == 3
+    assert row["prototype[fake]"].outcome.kind == "match"
+    wrong = row["prototype[fake,dynamic]"].outcome
+    assert (wrong.kind, wrong.probe) == ("divergence", "after_call@call2"), wrong.describe()
+    assert [(f.label, f.rule) for f in results.failures] == [("prototype[fake,dynamic]", WRONG_WHERE_STOCK_MATCHES)]
+    from predispatch_views.compare import fuzz_runner
+
+    table = fuzz_runner.summary([fuzz_runner._row(program.name, 11, index, results)], results.labels)
+    assert table["prototype[fake,dynamic]"]["wrong_where_stock_matches"] == 1
+    assert table["stock[fake,dynamic]"]["programs"] == 1
+
+
+def test_shrinking_keeps_a_later_call_failure_and_drops_what_it_does_not_need() -> None:
+    dims = parse_dimensions("sizes,grad_mode")
+    program = next(
+        p
+        for i in range(80)
+        if (p := generate(12, i, dims)).calls and p.call_mode and len(p.body) >= 4 and _eager_runs(p)
+    )
+    planted = _fake_setting("prototype", "", _draws_again_on_other_sizes)
+    reference = run_program(program, eager())
+    outcome = classify(reference, run_program(program, planted))
+    assert outcome.probe == "after_call@call2", outcome.describe()
+    fails = failure_predicate(eager(), planted, eager(), outcome, eager_raises=False)
+    shrunk, _ = shrink(program, fails, max_tests=80)
+    assert fails(shrunk)
+    assert len(shrunk.calls) == 1 and shrunk.call_mode == ""  # the third call and the grad mode were not needed

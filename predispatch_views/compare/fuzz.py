@@ -11,13 +11,24 @@ Each (program, strategy) is classified against eager: ``match``, ``divergence`` 
 logged a fallback: pipeline.FALLBACKS grew; its outcome is kept too). The key figure is the number of programs
 where a prototype strategy diverges or crashes while stock matches eager; each of those is shrunk (statements and
 outputs deleted while the prototype still fails the same way and stock still matches) and printed.
+
+``--fuzz-dimensions`` (Note [Fuzz dimensions] in fuzz_program.py; default ``all``) adds what the classic fuzzer never
+generated. Programs: ``out=`` calls, int / list / None inputs, calls with other sizes (each call observed by every
+probe, keys ``<probe>@call2``...), calls under no_grad or inference_mode (eager's too). Strategy settings, each
+with a stock of the same setting as its control: ``dynamic`` (``dynamic=True``) and ``compiled_autograd``
+(``torch._dynamo.config.compiled_autograd`` on, and compiled autograd around every probe, so that the probes'
+backward runs through it, its graph compiled by the strategy's own backend). Without a setting, a strategy is
+``torch.compile``'s default (``dynamic=None``: static, then automatic dynamic on a size change); with
+``classic``, it is ``dynamic=False`` and the programs are the classic generator's, as before.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
+import functools
 import sys
 import time
 import warnings
@@ -27,9 +38,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._dynamo import compiled_autograd
 
 from .. import pipeline
-from .fuzz_program import Program, generate, shrink
+from ..backend import backend as prototype_backend
+from .fuzz_program import (
+    Program,
+    call_mode_context,
+    dimensions_text,
+    generate,
+    shrink,
+)
 from .parity import _isolated
 from .probes import PROBES, Call, Raised, Subject, attempt, describe, differences
 from .report import stock_version_line
@@ -84,14 +103,77 @@ FUZZ_PROBES: dict[str, Callable[[Callable[[], Call]], Any]] = {
 # ---------------------------------------------------------------------------------------------------------
 
 
-def fuzz_strategies(inner: str) -> list[Strategy]:
-    return [eager(), stock(inner), prototype(inner), prototype_fn(inner)]
+@dataclass(frozen=True)
+class FuzzStrategy(Strategy):
+    """A strategy under a setting of the new dimensions (``dynamic``, ``compiled_autograd``), labelled
+    ``name[inner,setting]``; ``context`` is entered around compiling and every probe."""
+
+    setting: str = ""
+    context: Callable[[], Any] = contextlib.nullcontext
+
+    @property
+    def label(self) -> str:
+        if self.inner is None or not self.setting:
+            return super().label
+        return f"{self.name}[{self.inner},{self.setting}]"
 
 
-def _seeded(fn: Callable[..., Any]) -> Callable[..., Any]:
+def setting_of(s: Strategy) -> str:
+    return getattr(s, "setting", "")
+
+
+DYNAMIC = "dynamic"
+COMPILED_AUTOGRAD = "compiled_autograd"
+
+
+@contextlib.contextmanager
+def _compiled_autograd(backend: Any) -> Any:
+    """Compiled autograd as PyTorch's dynamo-wrapped CI runs it: the config on while compiling, and every backward
+    (here: the probes', outside the compiled call) through compiled autograd, whose graph the same backend
+    compiles (what a compiled function's own ``rebuild_ctx`` would give it)."""
+
+    def compiler(gm: torch.fx.GraphModule) -> Any:
+        return torch.compile(gm, backend=backend)
+
+    with torch._dynamo.config.patch(compiled_autograd=True), compiled_autograd._enable(compiler, dynamic=False):
+        yield
+
+
+def _variant(name: str, inner: str, backend: Any, setting: str = "") -> FuzzStrategy:
+    dynamic = True if setting == DYNAMIC else None  # None: torch.compile's default, automatic dynamic
+    context: Callable[[], Any] = contextlib.nullcontext
+    if setting == COMPILED_AUTOGRAD:
+        context = functools.partial(_compiled_autograd, backend)
+    return FuzzStrategy(
+        name, inner, lambda fn: torch.compile(fn, backend=backend, dynamic=dynamic), setting=setting, context=context
+    )
+
+
+def fuzz_strategies(inner: str, dimensions: frozenset[str] = frozenset()) -> list[Strategy]:
+    """Eager, then stock, the backend and compile_function; with the new dimensions, stock and the backend again
+    under each strategy setting (compile_function has neither: its shapes are static, it retraces)."""
+    if not dimensions:
+        return [eager(), stock(inner), prototype(inner), prototype_fn(inner)]
+    found: list[Strategy] = [
+        eager(),
+        _variant("stock", inner, inner),
+        _variant("prototype", inner, prototype_backend(inner)),
+        prototype_fn(inner),
+    ]
+    for setting in (DYNAMIC, COMPILED_AUTOGRAD):
+        if setting in dimensions:
+            found += [
+                _variant("stock", inner, inner, setting),
+                _variant("prototype", inner, prototype_backend(inner), setting),
+            ]
+    return found
+
+
+def _seeded(fn: Callable[..., Any], mode: str = "") -> Callable[..., Any]:
     def run(*args: Any) -> Any:
         torch.manual_seed(RNG_SEED)  # outside the compiled function: every call draws the same numbers
-        return fn(*args)
+        with call_mode_context(mode):  # the whole call under no_grad or inference_mode (eager's too)
+            return fn(*args)
 
     return run
 
@@ -103,22 +185,60 @@ class Run:
     seconds: float
 
 
-def run_program(program: Program, strategy: Strategy, probes: Sequence[str] = tuple(FUZZ_PROBES)) -> Run:
+def probe_key(name: str, call: int) -> str:
+    """The observation's key: the probe's name on the first call, ``name@call2`` on the second..."""
+    return name if call == 0 else f"{name}@call{call + 1}"
+
+
+def parse_probe_key(key: str) -> tuple[str, int]:
+    name, _, call = key.partition("@call")
+    return name, int(call) - 1 if call else 0
+
+
+# The probes of a program's second and third call (all of them on the first): each probe calls the program once or
+# more, and a program whose compilation fails compiles again on every call.
+LATER_CALL_PROBES = ("forward", "alias", "grad_fn", "backward", "mutate_output", "backward_twice", "after_call")
+
+
+def _plan(program: Program, probes: Sequence[str] | None) -> list[tuple[str, int]]:
+    """(probe, call) in the order they run: every call's probes before the next call's, as a user's calls come
+    (LATER_CALL_PROBES on the calls after the first).
+
+    Asked for a later call's probes only, the forward of each earlier call runs first (automatic dynamic shapes
+    recompile on the second size seen). A call the program does not have is left out.
+    """
+    calls = len(program.call_params)
+    wanted = (
+        [(name, call) for call in range(calls) for name in (FUZZ_PROBES if call == 0 else LATER_CALL_PROBES)]
+        if probes is None
+        else [p for p in map(parse_probe_key, probes) if p[1] < calls]
+    )
+    last = max((call for _, call in wanted), default=0)
+    plan: list[tuple[str, int]] = []
+    for call in range(last + 1):
+        here = [p for p in wanted if p[1] == call]
+        plan += here or [("forward", call)]
+    return plan
+
+
+def run_program(program: Program, strategy: Strategy, probes: Sequence[str] | None = None) -> Run:
     torch._dynamo.reset()
     pipeline.FALLBACKS.clear()
     start = time.perf_counter()
     observations: dict[str, Any] = {}
+    context = getattr(strategy, "context", contextlib.nullcontext)
     # AOTAutograd traces the backward under anomaly mode: eager errors in it would print a warning each.
-    with _isolated(), warnings.catch_warnings():
+    with _isolated(), warnings.catch_warnings(), context():
         warnings.simplefilter("ignore")
-        case = program.case()
-        made = attempt(lambda: strategy.make(case.fn))
-        subject = None if isinstance(made, Raised) else Subject(_seeded(made), case, "cpu")
-        for name in probes:
-            if subject is None:
-                observations[name] = made
+        cases = program.cases()
+        made = attempt(lambda: strategy.make(cases[0].fn))  # one compiled function for every call
+        for name, call in _plan(program, probes):
+            key = probe_key(name, call)
+            if isinstance(made, Raised):
+                observations[key] = made
                 continue
-            observations[name] = attempt(lambda name=name: FUZZ_PROBES[name](subject.call))
+            subject = Subject(_seeded(made, program.call_mode), cases[call], "cpu")
+            observations[key] = attempt(lambda name=name, subject=subject: FUZZ_PROBES[name](subject.call))
             torch.set_grad_enabled(True)  # a probe that leaves grad mode off must not change the next one
     fallbacks = [reason for _, reason in pipeline.FALLBACKS]
     torch._dynamo.reset()
@@ -222,12 +342,17 @@ class FuzzResults:
     seed: int
     labels: list[str]
     programs: list[tuple[Program, dict[str, StrategyResult]]] = field(default_factory=list)
+    dimensions: frozenset[str] = frozenset()
     failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
 
 
 def _stock_label(strategies: Sequence[Strategy], s: Strategy) -> str | None:
-    return next((t.label for t in strategies if t.name == "stock" and t.inner == s.inner), None)
+    """The control: stock with the same inner backend and the same setting."""
+    return next(
+        (t.label for t in strategies if t.name == "stock" and t.inner == s.inner and setting_of(t) == setting_of(s)),
+        None,
+    )
 
 
 def is_prototype(s: Strategy) -> bool:
@@ -281,22 +406,24 @@ def fuzz(
     on_failure: Callable[[Failure], None] | None = None,
     progress: bool = False,
     start: int = 0,
+    dimensions: frozenset[str] = frozenset(),
 ) -> FuzzResults:
     reference = next(s for s in strategies if s.inner is None)
-    results = FuzzResults(seed, [s.label for s in strategies])
+    results = FuzzResults(seed, [s.label for s in strategies], dimensions=dimensions)
     began = time.perf_counter()
     for index in range(start, start + n):
-        program = generate(seed, index)
-        runs = {s.label: run_program(program, s) for s in strategies}
+        program = generate(seed, index, dimensions)
+        applicable = [s for s in strategies if not setting_of(s) or setting_of(s) in program.settings]
+        runs = {s.label: run_program(program, s) for s in applicable}
         row = {
             s.label: StrategyResult(
                 classify(runs[reference.label], runs[s.label]), runs[s.label].fallbacks, runs[s.label].seconds
             )
-            for s in strategies
+            for s in applicable
         }
         results.programs.append((program, row))
-        for s in strategies:
-            control = _stock_label(strategies, s)
+        for s in applicable:
+            control = _stock_label(applicable, s)
             if not is_prototype(s) or control is None:
                 continue
             outcome = row[s.label].outcome
@@ -330,6 +457,7 @@ def fuzz(
 # ---------------------------------------------------------------------------------------------------------
 
 COLUMNS = (
+    "programs",  # the programs the strategy ran: each program runs under one setting of the new dimensions
     "match",
     "divergence",
     "crash",
@@ -349,7 +477,10 @@ def summary(results: FuzzResults) -> dict[str, dict[str, int]]:
     for label in results.labels[1:]:
         counts = dict.fromkeys(COLUMNS, 0)
         for _, row in results.programs:
-            r = row[label]
+            r = row.get(label)
+            if r is None:
+                continue
+            counts["programs"] += 1
             counts[r.category] += 1
             counts["fallback_match"] += bool(r.fallbacks) and r.outcome.kind == "match"
         counts["wrong_where_stock_matches"] = len(wrong.get((label, WRONG_WHERE_STOCK_MATCHES), ()))
@@ -375,16 +506,96 @@ def markdown(results: FuzzResults) -> str:
         "invariant. `wrong_on_a_probe` (diagnostics): on the other programs, some probe where the strategy differs "
         "from eager while stock does not.",
         "",
+        dimensions_paragraph(results.dimensions),
+        "",
         "| strategy | " + " | ".join(COLUMNS) + " |",
         "|---|" + "---:|" * len(COLUMNS),
     ]
     lines += table_lines(summary(results), (r.fallbacks for _, row in results.programs for r in row.values()))
+    if results.dimensions:
+        rules = {(f.program.name, f.label): f.rule for f in results.failures if f.rule != WRONG_ON_A_PROBE}
+        records = [
+            (
+                program_features(program),
+                {label: (r.outcome.kind, rules.get((program.name, label))) for label, r in row.items()},
+            )
+            for program, row in results.programs
+        ]
+        lines += ["", *features_table(records, results.labels[1:])]
     for rule in (WRONG_WHERE_STOCK_MATCHES, CRASH_WHERE_STOCK_RUNS, WRONG_ON_A_PROBE):
         failures = [f for f in results.failures if f.rule == rule]
         lines += ["", f"### Prototype {rule}: {len(failures)}", ""]
         for f in failures:
             lines += failure_markdown(f)
     return "\n".join(lines) + "\n"
+
+
+def dimensions_paragraph(dimensions: frozenset[str]) -> str:
+    """What the programs and strategy labels mean under ``--fuzz-dimensions``."""
+    if not dimensions:
+        return (
+            "Dimensions: `classic` (the classic generator; every compiled strategy with `dynamic=False`, one call "
+            "per probe)."
+        )
+    return (
+        f"Dimensions: `{dimensions_text(dimensions)}` (Note [Fuzz dimensions]). A label without a setting is "
+        "`torch.compile`'s default, `dynamic=None` (static, then automatic dynamic when a later call brings other "
+        "sizes); `[inner,dynamic]` is `dynamic=True`; `[inner,compiled_autograd]` has compiled autograd on around "
+        "compiling and every probe (its graph compiled by the same backend). Each setting's control is stock under "
+        "the same setting; each program runs under one setting (drawn per program) besides the default, so the "
+        "`programs` column differs. Eager, and every strategy, makes each call under the program's grad mode "
+        "(`no_grad`/`inference_mode` programs); programs with other sizes are observed by every probe on each of "
+        "their three calls of the same compiled function (`<probe>@call2`, `@call3`)."
+    )
+
+
+def program_features(program: Program) -> list[str]:
+    """Which of the new dimensions a program has (for the per-dimension table)."""
+    source = program.source()
+    found = []
+    if "out=(" in source:
+        found.append("multi-output out=")
+    if "out=" in source.replace("out=(", ""):
+        found.append("out=")
+    found += [
+        label
+        for name, label in (("k", "int input"), ("xs", "list input"), ("opt", "None input"))
+        if name in program.inputs
+    ]
+    if any(name == "n" for name, _ in program.params):
+        found.append("other sizes")
+    if program.calls and any(name == "k" for name, _ in program.params):
+        found.append("int varies (SymInt)")
+    if program.call_mode:
+        found.append(f"called under {program.call_mode}")
+    return found or ["none of the new dimensions"]
+
+
+def features_table(
+    records: Sequence[tuple[Sequence[str], dict[str, tuple[str, str | None]]]], labels: Sequence[str]
+) -> list[str]:
+    """Per program dimension: how many programs have it, and per strategy how many of those match eager (a
+    fallback that matched counts) / break the invariant (wrong where stock matches, crash where stock runs)."""
+    by_feature: dict[str, list[dict[str, tuple[str, str | None]]]] = {}
+    for features, row in records:
+        for feature in features:
+            by_feature.setdefault(feature, []).append(row)
+    lines = [
+        "Per program dimension, each strategy's `matched/ran (broke the invariant)`: a program counts under each "
+        "dimension it has; `matched` includes fallbacks that matched eager.",
+        "",
+        "| dimension | programs | " + " | ".join(labels) + " |",
+        "|---|---:|" + "---:|" * len(labels),
+    ]
+    for feature, rows in sorted(by_feature.items(), key=lambda item: -len(item[1])):
+        cells = []
+        for label in labels:
+            ran = [row[label] for row in rows if label in row]
+            matched = sum(kind == "match" for kind, _ in ran)
+            broken = sum(rule is not None for _, rule in ran)
+            cells.append(f"{matched}/{len(ran)} ({broken})")
+        lines.append(f"| {feature} | {len(rows)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def table_lines(counts: dict[str, dict[str, int]], fallbacks: Iterable[Sequence[str]]) -> list[str]:
@@ -436,10 +647,15 @@ def text_table(results: FuzzResults) -> str:
 
 def run_fuzz_section(args: argparse.Namespace, out_dir: Path) -> str:
     """What ``compare --fuzz N`` runs: print the table and shrunk failures, write fuzz.md and fuzz.csv."""
+    dimensions = getattr(args, "fuzz_dimensions", frozenset())
     strategies = [eager()]
     for inner in args.inners:
-        strategies += fuzz_strategies(inner)[1:]
-    print(f"fuzz: {args.fuzz} programs (seed {args.seed}) x {len(strategies)} strategies", flush=True)
+        strategies += fuzz_strategies(inner, dimensions)[1:]
+    print(
+        f"fuzz: {args.fuzz} programs (seed {args.seed}, dimensions {dimensions_text(dimensions)}) x "
+        f"{len(strategies)} strategies",
+        flush=True,
+    )
     failures_path = out_dir / "fuzz_failures.md"
     failures_path.write_text("")
 
@@ -449,7 +665,7 @@ def run_fuzz_section(args: argparse.Namespace, out_dir: Path) -> str:
         with failures_path.open("a") as fh:
             fh.write(text + "\n")
 
-    results = fuzz(args.fuzz, args.seed, strategies, on_failure=report_failure, progress=True)
+    results = fuzz(args.fuzz, args.seed, strategies, on_failure=report_failure, progress=True, dimensions=dimensions)
     text = markdown(results)
     (out_dir / "fuzz.md").write_text(text)
     write_csv(results, out_dir / "fuzz.csv")

@@ -27,22 +27,26 @@ from .fuzz import (
     WRONG_WHERE_STOCK_MATCHES,
     Failure,
     Outcome,
+    dimensions_paragraph,
     failure_markdown,
+    features_table,
     fuzz,
     fuzz_strategies,
+    program_features,
     table_lines,
     violated_rule,
 )
+from .fuzz_program import dimensions_text, generate, parse_dimensions
 from .report import stock_version_line
 from .strategies import Strategy, eager
 
 CHUNK = 25
 
 
-def strategies_for(inners: Sequence[str]) -> list[Strategy]:
+def strategies_for(inners: Sequence[str], dimensions: frozenset[str] = frozenset()) -> list[Strategy]:
     found = [eager()]
     for inner in inners:
-        found += fuzz_strategies(inner)[1:]
+        found += fuzz_strategies(inner, dimensions)[1:]
     return found
 
 
@@ -52,11 +56,14 @@ def strategies_for(inners: Sequence[str]) -> list[Strategy]:
 
 
 def _row(program_name: str, seed: int, index: int, results: Any) -> dict[str, Any]:
-    _, row = results.programs[0]
+    program, row = results.programs[0]
     labels = results.labels
     out: dict[str, Any] = {"seed": seed, "index": index, "name": program_name, "strategies": {}}
+    out["features"] = program_features(program) if results.dimensions else []
     for label in labels[1:]:
-        r = row[label]
+        r = row.get(label)
+        if r is None:  # a strategy setting this program does not run under
+            continue
         stock = "stock" + label[label.index("[") :]
         rule = None
         if label.startswith("prototype") and stock in row:
@@ -74,7 +81,8 @@ def _row(program_name: str, seed: int, index: int, results: Any) -> dict[str, An
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    strategies = strategies_for(args.inner.split(","))
+    dimensions = parse_dimensions(args.dimensions)
+    strategies = strategies_for(args.inner.split(","), dimensions)
     if args.only:
         strategies = [s for s in strategies if s.inner is None or s.label == args.only]
     rows, failures = Path(args.rows), Path(args.failures)
@@ -84,7 +92,9 @@ def run_worker(args: argparse.Namespace) -> int:
             fh.write("\n".join(failure_markdown(failure)) + "\n")
 
     for index in range(args.start, args.start + args.count):
-        results = fuzz(1, args.seed, strategies, start=index, do_shrink=not args.only, on_failure=report)
+        results = fuzz(
+            1, args.seed, strategies, start=index, do_shrink=not args.only, on_failure=report, dimensions=dimensions
+        )
         name = results.programs[0][0].name
         with rows.open("a") as fh:
             fh.write(json.dumps(_row(name, args.seed, index, results)) + "\n")
@@ -97,9 +107,10 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def _worker_command(
-    inner: str, seed: int, start: int, count: int, rows: Path, failures: Path, only: str = ""
+    inner: str, dimensions: str, seed: int, start: int, count: int, rows: Path, failures: Path, only: str = ""
 ) -> list[str]:
     command = [sys.executable, "-m", "predispatch_views.compare.fuzz_runner", "--inner", inner]
+    command += ["--dimensions", dimensions]
     command += ["--seed", str(seed), "--start", str(start), "--count", str(count)]
     command += ["--rows", str(rows), "--failures", str(failures)]
     return command + (["--only", only] if only else [])
@@ -111,13 +122,19 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _attribute_crash(inner: str, labels: list[str], seed: int, index: int, work: Path) -> dict[str, Any]:
+def _attribute_crash(
+    inner: str, dimensions: str, labels: list[str], seed: int, index: int, work: Path
+) -> dict[str, Any]:
     """Run one program once per strategy, each in its own process: the strategies whose process dies crash."""
+    program = generate(seed, index, parse_dimensions(dimensions))
     per_label: dict[str, Any] = {}
     for label in labels[1:]:
-        rows = work / f"attr_{seed}_{index}_{label.replace('[', '_').rstrip(']')}.jsonl"
+        setting = label[label.index("[") + 1 : -1].partition(",")[2]
+        if setting and setting not in program.settings:
+            continue
+        rows = work / f"attr_{seed}_{index}_{label.replace('[', '_').replace(',', '_').rstrip(']')}.jsonl"
         done = subprocess.run(
-            _worker_command(inner, seed, index, 1, rows, work / "attr_failures.md", only=label),
+            _worker_command(inner, dimensions, seed, index, 1, rows, work / "attr_failures.md", only=label),
             capture_output=True,
             timeout=600,
         )
@@ -138,10 +155,20 @@ def _attribute_crash(inner: str, labels: list[str], seed: int, index: int, work:
             r["rule"] = violated_rule(
                 Outcome(r["kind"], r["probe"]), Outcome(per_label[stock]["kind"], per_label[stock]["probe"])
             )
-    return {"seed": seed, "index": index, "name": f"fuzz_s{seed}_{index}", "strategies": per_label, "died": True}
+    features = program_features(program) if dimensions != "classic" else []
+    return {
+        "seed": seed,
+        "index": index,
+        "name": program.name,
+        "features": features,
+        "strategies": per_label,
+        "died": True,
+    }
 
 
-def _run_chunk(inner: str, labels: list[str], seed: int, start: int, count: int, work: Path) -> list[dict[str, Any]]:
+def _run_chunk(
+    inner: str, dimensions: str, labels: list[str], seed: int, start: int, count: int, work: Path
+) -> list[dict[str, Any]]:
     rows = work / f"rows_{seed}_{start}.jsonl"
     failures = work / f"failures_{seed}_{start}.md"
     end = start + count
@@ -149,7 +176,7 @@ def _run_chunk(inner: str, labels: list[str], seed: int, start: int, count: int,
     position = start
     while position < end:
         subprocess.run(
-            _worker_command(inner, seed, position, end - position, rows, failures),
+            _worker_command(inner, dimensions, seed, position, end - position, rows, failures),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             timeout=6 * 3600,
@@ -157,15 +184,23 @@ def _run_chunk(inner: str, labels: list[str], seed: int, start: int, count: int,
         done = {r["index"] for r in _read_rows(rows)} | {r["index"] for r in crashed}
         position = next((i for i in range(start, end) if i not in done), end)
         if position < end:  # the worker died on this program
-            crashed.append(_attribute_crash(inner, labels, seed, position, work))
-            print(f"  fuzz_s{seed}_{position}: the process died; attributed per strategy", flush=True)
+            crashed.append(_attribute_crash(inner, dimensions, labels, seed, position, work))
+            print(f"  {crashed[-1]['name']}: the process died; attributed per strategy", flush=True)
             position += 1
     return sorted(_read_rows(rows) + crashed, key=lambda r: r["index"])
 
 
-def run_many(n: int, seeds: Sequence[int], inners: Sequence[str], jobs: int, out_dir: Path) -> str:
+def run_many(
+    n: int,
+    seeds: Sequence[int],
+    inners: Sequence[str],
+    jobs: int,
+    out_dir: Path,
+    dimensions: frozenset[str] = frozenset(),
+) -> str:
     inner = ",".join(inners)
-    labels = [s.label for s in strategies_for(inners)]
+    dims = dimensions_text(dimensions)
+    labels = [s.label for s in strategies_for(inners, dimensions)]
     work = out_dir / "fuzz_work"
     work.mkdir(parents=True, exist_ok=True)
     for stale in work.iterdir():
@@ -174,13 +209,15 @@ def run_many(n: int, seeds: Sequence[int], inners: Sequence[str], jobs: int, out
     began = time.perf_counter()
     rows: list[dict[str, Any]] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_run_chunk, inner, labels, seed, start, count, work) for seed, start, count in chunks]
+        futures = [
+            pool.submit(_run_chunk, inner, dims, labels, seed, start, count, work) for seed, start, count in chunks
+        ]
         for k, future in enumerate(futures):
             rows += future.result()
             print(f"fuzz: chunk {k + 1}/{len(chunks)} done ({len(rows)} programs)", flush=True)
     seconds = time.perf_counter() - began
     failures = "".join(p.read_text() for p in sorted(work.glob("failures_*.md")))
-    text = markdown(rows, labels, seeds, seconds, failures)
+    text = markdown(rows, labels, seeds, seconds, failures, dimensions)
     (out_dir / "fuzz.md").write_text(text)
     write_csv(rows, out_dir / "fuzz.csv")
     return text
@@ -191,7 +228,10 @@ def summary(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str
     for label in labels[1:]:
         counts = dict.fromkeys(COLUMNS, 0)
         for row in rows:
-            r = row["strategies"][label]
+            r = row["strategies"].get(label)
+            if r is None:
+                continue
+            counts["programs"] += 1
             counts[r["category"]] += 1
             counts["fallback_match"] += bool(r["fallbacks"]) and r["kind"] == "match"
             counts["wrong_where_stock_matches"] += r["rule"] == WRONG_WHERE_STOCK_MATCHES
@@ -201,7 +241,14 @@ def summary(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str
     return table
 
 
-def markdown(rows: list[dict[str, Any]], labels: list[str], seeds: Sequence[int], seconds: float, failures: str) -> str:
+def markdown(
+    rows: list[dict[str, Any]],
+    labels: list[str],
+    seeds: Sequence[int],
+    seconds: float,
+    failures: str,
+    dimensions: frozenset[str] = frozenset(),
+) -> str:
     died = [r["name"] for r in rows if r.get("died")]
     lines = [
         f"## Differential fuzzing: {len(rows)} programs, seeds {', '.join(map(str, seeds))}",
@@ -215,10 +262,24 @@ def markdown(rows: list[dict[str, Any]], labels: list[str], seeds: Sequence[int]
         "invariant). `wrong_on_a_probe` (diagnostics): on the other programs, some probe where the strategy "
         "differs from eager while stock does not.",
         "",
+        dimensions_paragraph(dimensions),
+        "",
         "| strategy | " + " | ".join(COLUMNS) + " |",
         "|---|" + "---:|" * len(COLUMNS),
     ]
     lines += table_lines(summary(rows, labels), (r["fallbacks"] for row in rows for r in row["strategies"].values()))
+    if dimensions:
+        records = [
+            (
+                row.get("features", []),
+                {
+                    label: (r["kind"], r["rule"] if r["rule"] != WRONG_ON_A_PROBE else None)
+                    for label, r in row["strategies"].items()
+                },
+            )
+            for row in rows
+        ]
+        lines += ["", *features_table(records, labels[1:])]
     if died:
         lines += [
             "",
@@ -253,6 +314,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m predispatch_views.compare.fuzz_runner")
     parser.add_argument("--inner", default="aot_eager")
+    parser.add_argument("--dimensions", default="classic", help="all, classic, or some (fuzz_program.DIMENSIONS)")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--start", type=int, required=True)
     parser.add_argument("--count", type=int, required=True)
