@@ -42,6 +42,12 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fuzz", type=int, default=0, metavar="N", help="only run N random programs (fuzz.py)")
     parser.add_argument("--seed", default="0", help="the fuzzer's seed, or several, comma separated")
     parser.add_argument(
+        "--fuzz-dimensions",
+        default="all",
+        help="--fuzz: all (default), classic (the generator and strategies of before: documented seeds reproduce), "
+        "or some of out,inputs,sizes,grad_mode,dynamic,compiled_autograd, comma separated",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=0,
@@ -80,11 +86,18 @@ def run_compare(args: argparse.Namespace) -> int:
 
         return run_pytorch_tests_section(args, out_dir)
     if args.fuzz:
+        from .fuzz_program import parse_dimensions
+
+        try:
+            args.fuzz_dimensions = parse_dimensions(args.fuzz_dimensions)
+        except ValueError as e:
+            print(f"compare: error: --fuzz-dimensions: {e}", file=sys.stderr)
+            return 2
         seeds = [int(s) for s in str(args.seed).split(",") if s.strip()]
         if args.jobs or len(seeds) > 1:
             from .fuzz_runner import run_many
 
-            print(run_many(args.fuzz, seeds, args.inners, max(args.jobs, 1), out_dir))
+            print(run_many(args.fuzz, seeds, args.inners, max(args.jobs, 1), out_dir, args.fuzz_dimensions))
             return 0
         from .fuzz import run_fuzz_section
 
