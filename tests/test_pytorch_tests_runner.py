@@ -131,3 +131,39 @@ def test_file_discovery(tmp_path: Path) -> None:
     ]
     assert find_test_files(tmp_path / "test") == found
     assert working_dir(found[1]) == tmp_path / "test"
+
+
+TORCH_SYNTHETIC = """
+import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestReachesTheBackend(TestCase):
+    def test_unbind_grad_fn(self):
+        # Eager's graph: one UnbindBackward0. Stock's compiled outputs are not views of one unbind call.
+        x = torch.randn(3, 4, requires_grad=True)
+        outs = x.mul(2).unbind(0)
+        self.assertEqual(type(outs[0].grad_fn).__name__, "UnbindBackward0")
+
+    def test_compile_fn_is_patched(self):
+        self.assertTrue(getattr(type(self).compile_fn, "__predispatch_views_patched__", False))
+
+
+if __name__ == "__main__":
+    run_tests()
+"""
+
+
+@pytest.mark.slow
+def test_prototype_strategy_reaches_the_backend(tmp_path: Path) -> None:
+    """Real torch TestCases under PYTORCH_TEST_WITH_AOT_EAGER=1: the patch is applied under the prototype only, and
+    the test body is compiled by the prototype (eager's UnbindBackward0 on a compiled unbind)."""
+    test_dir = tmp_path / "test"
+    test_dir.mkdir()
+    (test_dir / "test_reaches.py").write_text(TORCH_SYNTHETIC)
+    (run,) = run_pytorch_tests(test_dir / "test_reaches.py", jobs=2, test_timeout=300, progress=lambda _: None)
+    by_name = {s: {i.split("::")[-1]: r.outcome for i, r in run.results[s].items()} for s in run.results}
+    assert by_name["plain"] == {"test_unbind_grad_fn": "passed", "test_compile_fn_is_patched": "failed"}
+    assert by_name["prototype"] == {"test_unbind_grad_fn": "passed", "test_compile_fn_is_patched": "passed"}
+    assert by_name["stock"]["test_compile_fn_is_patched"] == "failed"
+    assert run.patched.get("prototype") is True
