@@ -76,6 +76,7 @@ __all__ = [
     "compile_caches_enabled",
     "compile_counters",
     "compiled_autograd",
+    "compiled_autograd_configured",
     "compiling_a_compiled_autograd_graph",
     "detect_fake_mode",
     "enable_python_dispatcher",
@@ -128,6 +129,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
     "torch._dynamo.compiled_autograd._enable": _BOTH,
+    "torch._dynamo.config.compiled_autograd": ("2.13.0",),
     "torch._dynamo.utils.counters (aot_autograd and inductor cache keys, cudagraph_skips)": _BOTH,
     "torch.testing._internal.two_tensor.TwoTensor": _BOTH,
     "GraphModule.compile_subgraph_reason (user_stack, graph_break), gm.meta['dynamo_compile_id']": _BOTH,
@@ -193,6 +195,11 @@ def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
     meta = getattr(gm, "meta", None)
     compile_id = meta.get("dynamo_compile_id") if isinstance(meta, dict) else None
     return frame.name, frame.filename, int(frame.lineno or 0), "" if compile_id is None else str(compile_id)
+
+
+def compiled_autograd_configured() -> bool:
+    """Whether compiled autograd is on in Dynamo's config (PyTorch's dynamo-wrapped test suites turn it on)."""
+    return bool(torch._dynamo.config.compiled_autograd)
 
 
 def compiling_a_compiled_autograd_graph() -> bool:

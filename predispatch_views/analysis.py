@@ -85,6 +85,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import fx
 
+from . import _torch_internals as ti
 from . import graph_ops
 
 
@@ -251,6 +252,8 @@ def _select(
     if reason is not None:
         return Fallback(reason)
     if graph_breaks.after and (reason := _multi_output_view_at_graph_break(nodes, root, epilogue, requires_grad)):
+        return Fallback(reason)
+    if (reason := _view_fn_under_compiled_autograd(epilogue, ti.compiled_autograd_configured())) is not None:
         return Fallback(reason)
 
     resolved: dict[fx.Node, fx.Node] = {}
@@ -607,6 +610,33 @@ def _multi_output_view_at_graph_break(
                 "at a graph break: Dynamo would crash wrapping it for the next graph if the code between the "
                 f"graphs wrote its base {root[n].name} in place (eager refuses the grad_fn of such a view)"
             )
+    return None
+
+
+# View calls whose autograd view info always carries a view_fn (torch's codegen: VIEW_FUNCTIONS_WITH_METADATA_CHANGE).
+_VIEW_FN_VIEWS = {"view_as_real", "view_as_complex", "_conj", "_neg_view"}
+
+
+def _view_fn_under_compiled_autograd(epilogue: set[fx.Node], compiled_autograd: bool) -> str | None:
+    """Under compiled autograd, a replayed write through a view chain that holds a view_fn view (``view_as_real``,
+    ``conj``...): eager's ``CopySlices`` then replays the chain through its view_fn, which torch 2.13's compiled
+    autograd rejects ("view_fn not supported by compiled autograd"). Stock's graph has no such node and runs;
+    Dynamo with ``backend="eager"`` fails the same way (test_autograd.py's test_autograd_inplace_views_cross_dtype
+    run dynamo-wrapped)."""
+    if not compiled_autograd:
+        return None
+    for m in epilogue:
+        if not graph_ops.is_data_mutation(m):
+            continue
+        target = graph_ops.mutated_input(m)
+        while target is not None and (graph_ops.is_view(target) or graph_ops.is_view_getitem(target)):
+            if graph_ops.schema_name(target) in _VIEW_FN_VIEWS:
+                return (
+                    f"{m.name} writes through {target.name} ({graph_ops.op_name(target)}), whose eager autograd "
+                    "node replays views through a view_fn, which compiled autograd (on) rejects"
+                )
+            source = target.args[0]
+            target = source if isinstance(source, fx.Node) else None
     return None
 
 

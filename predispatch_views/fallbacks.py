@@ -156,6 +156,18 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "the epilogue can replay produces it",
     ),
     FallbackReason(
+        "a write replayed in eager through a `view_as_real`, `view_as_complex` or `conj` view, with compiled "
+        "autograd on",
+        "`<mutation> writes through <view> (<op>), whose eager autograd node replays views through a view_fn, "
+        "which compiled autograd (on) rejects`",
+        "eager's `CopySlices` for such a view replays the view chain through a view_fn, which torch 2.13's "
+        "compiled autograd rejects; stock's graph has no such node (test_autograd.py's "
+        "test_autograd_inplace_views_cross_dtype run dynamo-wrapped). Dynamo with `backend=\"eager\"` fails the "
+        "same way.",
+        "analysis.py",
+        "which compiled autograd (on) rejects",
+    ),
+    FallbackReason(
         "an `inference_mode` region inside a Dynamo graph",
         "`an inference_mode region inside the graph` (Dynamo path)",
         "pre-dispatch tracing runs `_enter_inference_mode` but does not record it, so the core would compute the "

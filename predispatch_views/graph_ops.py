@@ -304,6 +304,12 @@ def _is_tensor_val(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), torch.Tensor)
 
 
+def schema_name(node: fx.Node) -> str | None:
+    """``aten::view_as_real`` -> ``view_as_real``; None for a call that is no op overload (``getitem``)."""
+    op = _overload(node)
+    return _name(op) if op is not None else None
+
+
 def op_name(node: fx.Node) -> str:
     op = _overload(node)
     if op is not None:

@@ -36,8 +36,8 @@ def _literal(node: ast.expr) -> str | None:
 
 
 def _reason_literals(tree: ast.Module) -> list[str]:
-    """Messages in the places a reason is made: Fallback(...), _fall_back(...), UnsupportedCapture(...) and
-    compile_function's _eager(...) arguments, ``reason = ...``,
+    """Messages in the places a reason is made: Fallback(...), _fall_back(...), _stock_for(...),
+    UnsupportedCapture(...) and compile_function's _eager(...) arguments, ``reason = ...``,
     and what a function annotated ``-> str | None`` returns."""
     found = []
     for node in ast.walk(tree):
@@ -45,6 +45,7 @@ def _reason_literals(tree: ast.Module) -> list[str]:
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
             "Fallback",
             "_fall_back",
+            "_stock_for",
             "UnsupportedCapture",
             "_eager",
         ):
