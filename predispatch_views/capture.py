@@ -198,8 +198,17 @@ def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[to
         with watch, _autograd_functions_refused():
             return flat_fn(*args)
 
+    rng_state = torch.get_rng_state()
     with fake_mode:
         gm = ti.trace_pre_dispatch(watched, fakes)
+    if not torch.equal(torch.get_rng_state(), rng_state):
+        # Fake random ops draw nothing, so the real generator moved only because the function set it
+        # (``torch.manual_seed``, ``set_rng_state``): the trace records no such call (OpInfo's wrapper_set_seed).
+        torch.set_rng_state(rng_state)
+        raise UnsupportedCapture(
+            "the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does "
+            "not record it"
+        )
     lifted = _lift_constants(gm, watch.real_of)
     return FunctionCapture(gm, fake_mode, fakes, lifted)
 

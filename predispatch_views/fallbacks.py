@@ -233,6 +233,16 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "a backward pass inside the function",
     ),
     FallbackReason(
+        "compile_function only: setting the random number generator (`torch.manual_seed`, `set_rng_state`) inside "
+        "the function",
+        "`the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not "
+        "record it`",
+        "the trace records no call that seeds, so the compiled function would draw from the caller's state "
+        "(OpInfo's `wrapper_set_seed`); Dynamo breaks the graph there instead.",
+        "capture.py",
+        "sets the random number generator",
+    ),
+    FallbackReason(
         "compile_function only: a hook (`register_hook`, `retain_grad`) on a traced tensor",
         "`<call> inside the function: hooks on traced tensors are lost`",
         "hooks registered on fake tensors during the trace never reach the real outputs.",

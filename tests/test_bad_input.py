@@ -93,7 +93,13 @@ def set_input(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x.mul(2).unbind(0)
 
 
+def seed_then_draw(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(42)  # OpInfo's wrapper_set_seed: the values depend on it, the trace does not record it
+    return x.mul(1).normal_().unbind(0)
+
+
 FALLBACK_PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]], str]] = {
+    "manual_seed": (seed_then_draw, lambda: [_arange(3, 4)], "sets the random number generator"),
     "resize_input": (resize_input, lambda: [_arange(3, 4)], "aten.resize_.default changes a tensor's storage"),
     "resize_intermediate": (
         resize_intermediate,
