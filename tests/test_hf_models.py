@@ -45,3 +45,31 @@ def test_alias_structure_and_inplace_probe_see_views() -> None:
     behaviour = inplace_behaviour(outs)
     assert behaviour[0].startswith("RuntimeError: Output 0 of Unbind is a view")
     assert behaviour[-1] == "ok"
+
+
+def test_t5_encoder_output_written_in_place_breaks_the_backward_as_in_eager() -> None:
+    """Issue 21, class 4, on the real model (shrunk in tests/test_suite_regressions.py): T5's encoder ends with a
+    dropout that returns its input (p=0), which the decoder's cross-attention saves; writing
+    ``encoder_last_hidden_state`` in place makes eager's backward raise, and so must the prototype's."""
+    import transformers
+
+    t5 = next(c for c in CASES if c.name == "t5")
+    config = {**t5.config, "num_layers": 1, "use_cache": False}
+
+    def backward_after_write(compile_: bool) -> str | None:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(**config))
+        ids = torch.randint(0, config["vocab_size"], (2, 8))
+        call = torch.compile(model, backend=predispatch_views.backend("aot_eager", strict=True)) if compile_ else model
+        out = call(input_ids=ids, decoder_input_ids=ids.flip(1), use_cache=False)
+        out.encoder_last_hidden_state.mul_(2)
+        try:
+            out.logits.square().mean().backward()
+        except RuntimeError as e:
+            return str(e).split(": [")[0]
+        return None
+
+    expected = backward_after_write(compile_=False)
+    assert expected == "one of the variables needed for gradient computation has been modified by an inplace operation"
+    assert backward_after_write(compile_=True) == expected
