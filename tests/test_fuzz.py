@@ -313,15 +313,15 @@ def test_generator_produces_every_new_dimension_within_60_programs() -> None:
 
 
 def test_new_dimension_programs_are_valid_by_construction() -> None:
-    """Every call of most programs runs in eager; a program called with other sizes behaves alike on each call."""
+    """Most programs run in eager (forward and backward); one called with other sizes runs on each call."""
     ran = 0
     for i in range(80):
         program = generate(10, i, ALL)
         outcomes = _eager_outcomes(program)
         assert len(outcomes) == len(program.call_params)
-        assert all(o == outcomes[0] for o in outcomes), (outcomes, program.source())
+        assert len(outcomes) == 1 or set(outcomes) == {"ran"}, (outcomes, program.source())
         ran += outcomes[0] == "ran"
-    assert ran >= 60
+    assert ran >= 45
 
 
 # A tiny program with every new program dimension: an int k (varying: a SymInt), a list input, a None input, out=

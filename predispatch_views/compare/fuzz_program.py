@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from .cases import Case, Inputs
 
@@ -906,9 +907,16 @@ class _Extension:
     # Other sizes ---------------------------------------------------------------------------------------------
 
     def _other_sizes(self, program: Program) -> Program:
-        """Two more calls: one dimension of one input grows or shrinks (and ``k`` changes), where eager behaves
-        the same on each call (raises on none, or raises alike on all); else only ``k`` changes, else nothing."""
+        """Two more calls: one dimension of one input grows or shrinks (and ``k`` changes), where eager's forward
+        and backward run on each call; else only ``k`` changes, else nothing.
+
+        Only programs whose first call runs in eager get more calls: a program whose compilation fails (AOTAutograd
+        meets eager's backward error while tracing) compiles again on every call of every probe, and three calls
+        of those tripled the fuzzer's time for errors already seen on the first call.
+        """
         rng = self.rng
+        if _eager_outcomes(program) != ["ran"]:
+            return program
         candidates = [(r, d) for r, recipe in enumerate(self.recipes) for d in range(len(recipe.shape))]
         rng.shuffle(candidates)
         ks = rng.sample([v for v in range(1, 6) if v != self.int_value], 2) if self.int_value is not None else []
@@ -928,14 +936,14 @@ class _Extension:
             candidate = replace(
                 program, input_code=input_code, params=tuple(params), calls=tuple(tuple(c) for c in calls)
             )
-            outcomes = _eager_outcomes(candidate)
-            if all(o == outcomes[0] for o in outcomes):
+            if all(outcome == "ran" for outcome in _eager_outcomes(candidate)):
                 return candidate
         return program
 
 
 def _eager_outcomes(program: Program) -> list[str]:
-    """How each call's forward ends in eager: "ran", or the exception's type and first line with digits blanked."""
+    """How each call ends in eager, its forward then a backward through every output that requires grad: "ran", or
+    the exception's type and first line with digits blanked."""
     outcomes = []
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -944,7 +952,10 @@ def _eager_outcomes(program: Program) -> list[str]:
             try:
                 args = case.inputs(torch.Generator().manual_seed(0), "cpu").args
                 with call_mode_context(program.call_mode):
-                    case.fn(*args)
+                    out = case.fn(*args)
+                differentiable = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+                if differentiable:
+                    torch.autograd.backward(differentiable, [torch.ones_like(t) for t in differentiable])
                 outcomes.append("ran")
             except Exception as e:  # every outcome is compared
                 first = str(e).splitlines()[0] if str(e) else ""
