@@ -47,11 +47,14 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="--fuzz: all (default), classic (the generator and strategies of before: documented seeds reproduce), "
         "or some of out,inputs,sizes,grad_mode,dynamic,compiled_autograd, comma separated",
     )
+    parser.add_argument("--opinfo", action="store_true", help="only run the OpInfo oracle (opinfo.py)")
+    parser.add_argument("--opinfo-ops", default=None, help="--opinfo: ops whose name contains one of these (a,b,...)")
+    parser.add_argument("--opinfo-samples", type=int, default=1, metavar="N", help="--opinfo: sample inputs per op")
     parser.add_argument(
         "--jobs",
         type=int,
         default=0,
-        help="--fuzz in this many worker processes that survive a crashing program (default: in this process)",
+        help="--fuzz or --opinfo in this many worker processes that survive a crash (default: in this process)",
     )
     parser.add_argument(
         "--pytorch-tests",
@@ -72,7 +75,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    inner = args.inner or ("aot_eager" if args.fuzz else "aot_eager,inductor")
+    inner = args.inner or ("aot_eager" if args.fuzz or args.opinfo else "aot_eager,inductor")
     args.inners = tuple(i.strip() for i in inner.split(",") if i.strip())
     if args.divergence_strategy is not None or args.divergence_case is not None:
         args.show_divergences = True
@@ -85,6 +88,11 @@ def run_compare(args: argparse.Namespace) -> int:
         from .pytorch_tests import run_pytorch_tests_section
 
         return run_pytorch_tests_section(args, out_dir)
+    if args.opinfo:
+        from .opinfo import run_opinfo_section
+
+        run_opinfo_section(args, out_dir)
+        return 0
     if args.fuzz:
         from .fuzz_program import parse_dimensions
 
