@@ -177,6 +177,8 @@ def _compile(
         return [v for v in leaves if isinstance(v, torch.Tensor)]
 
     tensors = [flat[i] for i in tensor_positions]
+    if layouts := sorted({str(t.layout) for t in tensors if t.layout != torch.strided}):
+        return _eager(fn, f"an input of layout {', '.join(layouts)}: the capture traces strided tensors", strict, None)
     state = _module_state(owners)
     try:
         capture = capture_closure(flat_fn, tensors)
@@ -395,7 +397,9 @@ def _metadata_key(flat: list[Any]) -> tuple[Hashable, ...]:
     storages: dict[StorageWeakRef, int] = {}
     key: list[Hashable] = []
     for a in flat:
-        if isinstance(a, torch.Tensor):
+        if isinstance(a, torch.Tensor) and a.layout != torch.strided:  # sparse: no storage, no strides
+            key.append((a.layout, tuple(a.shape), a.dtype, a.device, a.requires_grad))
+        elif isinstance(a, torch.Tensor):
             storage = storages.setdefault(StorageWeakRef(a.untyped_storage()), len(storages))
             key.append(
                 (

@@ -233,6 +233,14 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "a backward pass inside the function",
     ),
     FallbackReason(
+        "compile_function only: a sparse (not strided) tensor input",
+        "`an input of layout <layout>: the capture traces strided tensors`",
+        "the capture fakifies strided tensors and keys its cache on storages and strides, which sparse layouts "
+        "lack (OpInfo's sparse.sampled_addmm); Dynamo breaks the graph on such inputs instead.",
+        "compile_function.py",
+        "the capture traces strided tensors",
+    ),
+    FallbackReason(
         "compile_function only: setting the random number generator (`torch.manual_seed`, `set_rng_state`) inside "
         "the function",
         "`the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not "

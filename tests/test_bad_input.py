@@ -311,3 +311,21 @@ def test_wrong_only_when_the_input_requires_grad() -> None:
     torch.testing.assert_close(torch.stack(outs), _arange(3, 4) + 1)
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
         compiled(_arange(3, 4, requires_grad=True))
+
+
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_a_sparse_input_runs_eagerly_with_a_reason(layout: str) -> None:
+    # OpInfo's sparse.sampled_addmm: the cache key read the storage of a sparse input and crashed.
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (x * 2).to_dense().unbind(0)
+
+    def make() -> torch.Tensor:
+        dense = _arange(3, 3)
+        return dense.to_sparse_csr() if layout == "csr" else dense.to_sparse()
+
+    pv.FALLBACKS.clear()
+    got = pv.compile_function(fn, inner="aot_eager")(make())
+    assert_same(list(got), list(fn(make())))
+    assert [r for _, r in pv.FALLBACKS] == [
+        f"an input of layout torch.sparse_{layout}: the capture traces strided tensors"
+    ]
