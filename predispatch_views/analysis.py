@@ -342,9 +342,7 @@ def _sym_from_inputs(nodes: list[fx.Node]) -> set[fx.Node]:
     """Size arithmetic computable from the graph inputs alone."""
     out: set[fx.Node] = set()
     for n in nodes:
-        if graph_ops.is_sym(n) and all(
-            i.op == "placeholder" or i in out for i in n.all_input_nodes
-        ):
+        if graph_ops.is_sym(n) and all(i.op == "placeholder" or i in out for i in n.all_input_nodes):
             out.add(n)
     return out
 
@@ -629,7 +627,9 @@ def _view_fn_under_compiled_autograd(epilogue: set[fx.Node], compiled_autograd: 
         if not graph_ops.is_data_mutation(m):
             continue
         target = graph_ops.mutated_input(m)
-        while target is not None and (graph_ops.is_view(target) or graph_ops.is_view_getitem(target)):
+        while target is not None and (
+            graph_ops.is_view(target) or graph_ops.is_view_getitem(target) or graph_ops.is_metadata_mutation(target)
+        ):
             if graph_ops.schema_name(target) in _VIEW_FN_VIEWS:
                 return (
                     f"{m.name} writes through {target.name} ({graph_ops.op_name(target)}), whose eager autograd "
@@ -663,9 +663,7 @@ def _core_writes_through_a_view(
     """
     viewed = {n for n in externals if any(u in epilogue for u in n.users)}
     returned = {
-        n
-        for n in _output_nodes(nodes)
-        if n in externals and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n))
+        n for n in _output_nodes(nodes) if n in externals and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n))
     }
     bases = viewed | returned
     for m in nodes:
@@ -699,9 +697,7 @@ def _taken_at(n: fx.Node, order: dict[fx.Node, int]) -> int:
         taken = min(taken, order[n])
 
 
-def _grad_mode_changes_to_replay(
-    nodes: list[fx.Node], epilogue: set[fx.Node], grad_enabled: bool
-) -> set[fx.Node]:
+def _grad_mode_changes_to_replay(nodes: list[fx.Node], epilogue: set[fx.Node], grad_enabled: bool) -> set[fx.Node]:
     """Views created under ``torch.no_grad()`` inside the graph need the same grad mode when replayed.
 
     Then every grad-mode change is replayed in the epilogue too, in program order (and kept in the core for the

@@ -238,8 +238,16 @@ def write_through_view_as_real(a_orig: torch.Tensor) -> torch.Tensor:
     return b
 
 
+def write_through_view_as_real_transposed_in_place(a_orig: torch.Tensor) -> torch.Tensor:
+    b = torch.view_as_real(a_orig.clone())
+    b.transpose_(0, 1)
+    b += 1
+    return b
+
+
 @pytest.mark.parametrize("compiled_autograd", [False, True], ids=["plain_autograd", "compiled_autograd"])
-def test_a_write_through_a_view_fn_view_under_compiled_autograd(compiled_autograd: bool) -> None:
+@pytest.mark.parametrize("program", [write_through_view_as_real, write_through_view_as_real_transposed_in_place])
+def test_a_write_through_a_view_fn_view_under_compiled_autograd(program, compiled_autograd: bool) -> None:
     # test_autograd.py::test_autograd_inplace_views_cross_dtype run dynamo-wrapped: eager's CopySlices replays
     # view_as_real through a view_fn, which compiled autograd rejects; the prototype falls back only then.
     def grad_of(fn) -> torch.Tensor:
@@ -247,10 +255,11 @@ def test_a_write_through_a_view_fn_view_under_compiled_autograd(compiled_autogra
         fn(a).backward(torch.arange(0, 18, dtype=torch.float).view(3, 3, 2))
         return a.grad
 
-    expected = grad_of(write_through_view_as_real)
+    expected = grad_of(program)
+    pipeline.FALLBACKS.clear()
     with torch._dynamo.config.patch(compiled_autograd=compiled_autograd):
         # As the dynamo-wrapped suites run it: the forward and the backward in one compiled frame.
-        got = torch.compile(lambda: grad_of(write_through_view_as_real), backend=_backend())()
+        got = torch.compile(lambda: grad_of(program), backend=_backend())()
     torch.testing.assert_close(got, expected)
     reasons = [r for _, r in pipeline.FALLBACKS if "compiled autograd (on) rejects" in r]
     assert bool(reasons) == compiled_autograd, list(pipeline.FALLBACKS)
