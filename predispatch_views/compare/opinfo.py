@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -123,19 +123,20 @@ def eager_strategy(grad: bool) -> Strategy:
 
 def entry_strategy(name: str, inner: str, setting: Setting) -> Strategy:
     """One entry point in one setting; the same ``Strategy`` as the parity suite's, with dynamic and grad mode."""
-    if name == STOCK:
-        make: Callable[[Callable[..., Any]], Callable[..., Any]] = lambda fn: torch.compile(  # noqa: E731
-            fn, backend=inner, dynamic=setting.dynamic
-        )
-    elif name == PROTOTYPE:
-        make = lambda fn: torch.compile(fn, backend=prototype_backend(inner), dynamic=setting.dynamic)  # noqa: E731
-    elif name == PROTOTYPE_FN:
-        if setting.dynamic:
-            raise ValueError("compile_function has no dynamic mode")
-        make = lambda fn: compile_function(fn, inner)  # noqa: E731
-    else:
+    if name not in ENTRY_POINTS:
         raise KeyError(name)
-    return Strategy(name, inner, lambda fn: _under_grad_mode(make(fn), setting.grad))
+    if name == PROTOTYPE_FN and setting.dynamic:
+        raise ValueError("compile_function has no dynamic mode")
+
+    def make(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name == PROTOTYPE_FN:
+            compiled = compile_function(fn, inner)
+        else:
+            backend = inner if name == STOCK else prototype_backend(inner)
+            compiled = torch.compile(fn, backend=backend, dynamic=setting.dynamic)
+        return _under_grad_mode(compiled, setting.grad)
+
+    return Strategy(name, inner, make)
 
 
 def entry_points(setting: Setting) -> tuple[str, ...]:
@@ -766,16 +767,9 @@ def run_worker(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="one 'setting:strategy' (crash attribution)")
     parser.add_argument("--program", default="", help="only this program (crash attribution)")
     args = parser.parse_args(argv)
-    names = args.ops_exact.split(",")
-    by_name = {op_name(op): op for op in load_op_db()}
     rows = Path(args.rows)
     done = {r["program_name"] for r in _read_jsonl(rows) if r.get("type") == "done"}
-    for name in names:
-        op = by_name[name]
-        selected = dict(select_entries([op], args.seed, args.samples))
-        if name not in selected:
-            continue
-        chosen, samples = selected[name]
+    for chosen, samples in select_ops(args.ops_exact, args.seed, args.samples, exact=True):
         for program in programs_for(chosen, samples):
             if program.name in done or (args.program and program.name != args.program):
                 continue
@@ -784,11 +778,6 @@ def run_worker(argv: Sequence[str] | None = None) -> int:
                 _append(rows, {"type": "row", **asdict(row)})
             _append(rows, {"type": "done", "program_name": program.name})
     return 0
-
-
-def select_entries(ops: Sequence[Any], seed: int, limit: int) -> Iterator[tuple[str, tuple[SelectedOp, list[Sample]]]]:
-    for selected, samples in select_ops(",".join(op_name(op) for op in ops), seed, limit, exact=True):
-        yield selected.name, (selected, samples)
 
 
 def _died_rows(args: WorkerArgs, op: str, program_name: str, work: Path) -> list[Row]:
@@ -826,6 +815,7 @@ def _run_chunk(args: WorkerArgs, ops: Sequence[str], work: Path, index: int) -> 
     path = work / f"rows_{index}.jsonl"
     path.unlink(missing_ok=True)
     died: list[Row] = []
+    died_programs: set[tuple[str, int, str]] = set()
     while True:
         done = subprocess.run(
             _worker_command(args, ops, path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=6 * 3600
@@ -844,8 +834,11 @@ def _run_chunk(args: WorkerArgs, ops: Sequence[str], work: Path, index: int) -> 
         op = program_name.rsplit("/", 2)[0]
         print(f"  {program_name}: the process died; attributed per strategy", file=sys.stderr, flush=True)
         died += _died_rows(args, op, program_name, work)
+        died_programs.add((op, int(program_name.split("/")[-2][1:]), program_name.split("/")[-1]))
         _append(path, {"type": "done", "program_name": program_name})  # the restarted worker skips it
-    return [_row_from(r) for r in _read_jsonl(path) if r.get("type") == "row"] + died
+    rows = [_row_from(r) for r in _read_jsonl(path) if r.get("type") == "row"]
+    # The rows a dying worker wrote before it died are replaced by the attributed ones.
+    return [r for r in rows if (r.op, r.sample, r.program) not in died_programs] + died
 
 
 def run_in_workers(names: Sequence[str], args: WorkerArgs, jobs: int, work: Path) -> list[Row]:
@@ -875,7 +868,8 @@ def run_opinfo_section(args: argparse.Namespace, out_dir: Path) -> str:
     began = time.perf_counter()
     selected = select_ops(args.opinfo_ops, seed, limit)
     if not selected:
-        raise ValueError(f"--opinfo-ops {args.opinfo_ops!r} selects no op")
+        print(f"compare: error: --opinfo-ops {args.opinfo_ops!r} selects no op of op_db", file=sys.stderr)
+        raise SystemExit(2)
     n_programs = sum(len(programs_for(op, samples)) for op, samples in selected)
     print(
         f"opinfo: {len(selected)} ops, {sum(len(s) for _, s in selected)} samples, {n_programs} programs x "
@@ -895,26 +889,6 @@ def run_opinfo_section(args: argparse.Namespace, out_dir: Path) -> str:
     print(text)
     print(f"opinfo: {seconds:.0f} s; wrote {out_dir / 'opinfo.md'}, opinfo.csv and opinfo_defects.csv")
     return text
-
-
-def describe_outcome(outcome: Outcome) -> str:
-    return outcome.describe() if outcome.kind != "match" else "match"
-
-
-__all__ = [
-    "PROGRAM_KINDS",
-    "SETTINGS",
-    "OpProgram",
-    "Row",
-    "Setting",
-    "describe",
-    "markdown",
-    "programs_for",
-    "run_op_program",
-    "run_opinfo",
-    "select_ops",
-    "summary",
-]
 
 
 if __name__ == "__main__":
