@@ -3,10 +3,11 @@ defects.
 
 The subset: a dozen ops of torch's op_db, the multi-output views first, each with the program kind that exercises
 it (a view of an intermediate, the intermediate written after the views were taken, an in-place variant on an
-intermediate / on a multi-output view / on an input, out= into a fresh buffer / into an input), two seeded samples
-each, under every setting (static and dynamic=True, grad mode on and off) and both entry points (the backend and
-compile_function). A prototype-only defect (the prototype wrong or crashing where stock matches eager) fails.
-The full run is ``python -m predispatch_views compare --opinfo``.
+intermediate / on a multi-output view / on an input, out= into a fresh buffer / into an input), one or two seeded
+samples each, then the ops where the full run found defects; every setting (static and dynamic=True, grad mode on
+and off) and both entry points (the backend and compile_function). A prototype-only defect (the prototype wrong or
+crashing where stock matches eager) fails; a defect still open is a strict xfail naming its repro. The full run is
+``python -m predispatch_views compare --opinfo``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,28 @@ SUBSET: dict[str, tuple[str, int]] = {
     "mul": ("inplace_input", 1),
     "cos": ("out_input", 1),  # a single-tensor out= (issue 21, class 3)
     "sort": ("out_input", 1),  # out= with a tuple of buffers
+    # Found by the full run (fixed in 2faf7b2): compile_function crashed on a sparse input.
+    "sparse.sampled_addmm": ("out_input", 1),
+    # Found by the full run, open: OpInfo's wrapper_set_seed seeds inside freeze_rng_state.
+    "log_normal": ("direct", 1),
+    "bernoulli": ("out_input", 1),
 }
+
+RNG_REPRO = "/work/notes/repros/opinfo_compile_function_manual_seed.py"
+OPEN_DEFECTS = {
+    "log_normal": f"compile_function draws from the caller's RNG state where the function seeds it and restores it "
+    f"(torch.testing._utils.wrapper_set_seed): {RNG_REPRO}",
+    "bernoulli": f"compile_function leaves another RNG state than eager where the function restores it: {RNG_REPRO}",
+}
+
+
+def _params() -> list[Any]:
+    return [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OPEN_DEFECTS[name]))
+        if name in OPEN_DEFECTS
+        else name
+        for name in SUBSET
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +82,7 @@ def _defects(rows: list[Row]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("name", list(SUBSET))
+@pytest.mark.parametrize("name", _params())
 def test_no_prototype_only_defect(subset: dict[str, list[OpProgram]], name: str) -> None:
     kind, count = SUBSET[name]
     programs = subset[name]
