@@ -26,7 +26,7 @@ class FallbackReason:
 
 FALLBACK_REASONS: tuple[FallbackReason, ...] = (
     FallbackReason(
-        "`resize_`/`set_` anywhere in the graph (a storage change)",
+        "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage change)",
         "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
         "functionalization cannot express a storage swap, and a replayed view would see a different storage than "
         "eager's.",

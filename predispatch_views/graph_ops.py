@@ -287,8 +287,30 @@ def is_data_mutation(node: fx.Node) -> bool:
 
 
 def is_storage_mutation(node: fx.Node) -> bool:
+    """``resize_``, ``set_``..., or an out= call that resizes its out tensor (eager warns and resizes it, growing
+    a view's storage in place: fuzzer s61_95, ``torch.exp(x, out=a.narrow(0, 0, 1))``)."""
     op = _overload(node)
-    return op is not None and _name(op) in _STORAGE_MUTATIONS
+    if op is None:
+        return False
+    if _name(op) in _STORAGE_MUTATIONS:
+        return True
+    if not _is_out_variant(op):
+        return False
+    results = node.meta.get("val")
+    results = list(results) if isinstance(results, (list, tuple)) else [results]
+    written = [v.meta.get("val") for v in written_args(node)]
+    return any(
+        isinstance(w, torch.Tensor) and isinstance(r, torch.Tensor) and not _same_shape(w, r)
+        for w, r in zip(written, results)
+    )
+
+
+def _is_out_variant(op: torch._ops.OpOverload) -> bool:
+    return any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+
+
+def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dim() == b.dim() and all(x == y for x, y in zip(a.shape, b.shape))  # symbolic sizes: no hashing
 
 
 def is_sym(node: fx.Node) -> bool:

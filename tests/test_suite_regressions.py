@@ -282,3 +282,27 @@ def test_a_write_through_a_view_fn_view_under_compiled_autograd(program, compile
     torch.testing.assert_close(got, expected)
     reasons = [r for _, r in pipeline.FALLBACKS if "compiled autograd (on) rejects" in r]
     assert bool(reasons) == compiled_autograd, list(pipeline.FALLBACKS)
+
+
+def out_resizes_a_view(a: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # Fuzzer s61_95 (out= dimension): eager resizes the out= view (with a warning), growing a's storage.
+    t1 = a.narrow(0, 0, 1)
+    with torch.no_grad():
+        torch.exp(x, out=t1)
+    return a * 2, t1 * 3
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_an_out_call_that_resizes_its_out_tensor(entry: str) -> None:
+    def make_inputs() -> list[torch.Tensor]:
+        return [_randn(1).requires_grad_(), _randn(3)]
+
+    if entry == "backend":
+        compiled = torch.compile(out_resizes_a_view, backend=_backend())
+    else:
+        compiled = predispatch_views.compile_function(out_resizes_a_view, inner="aot_eager")
+    pipeline.FALLBACKS.clear()
+    assert_matches_eager(out_resizes_a_view, compiled, make_inputs)
+    if entry == "compile_function":
+        assert any("aten.exp.out changes a tensor's storage" in r for _, r in pipeline.FALLBACKS)
