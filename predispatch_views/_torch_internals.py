@@ -83,7 +83,6 @@ __all__ = [
     "ends_at_graph_break",
     "from_fun",
     "has_data_mutation",
-    "in_compiled_autograd_region",
     "inductor_compile_fx",
     "inductor_wrapper_class",
     "is_restricted_view",
@@ -131,7 +130,6 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
     "torch._dynamo.compiled_autograd._enable": _BOTH,
     "torch._dynamo.config.compiled_autograd": ("2.13.0",),
-    "torch._dynamo.compiled_autograd.in_compiled_autograd_region": ("2.13.0",),
     "torch._dynamo.utils.counters (aot_autograd and inductor cache keys, cudagraph_skips)": _BOTH,
     "torch.testing._internal.two_tensor.TwoTensor": _BOTH,
     "GraphModule.compile_subgraph_reason (user_stack, graph_break), gm.meta['dynamo_compile_id']": _BOTH,
@@ -202,11 +200,6 @@ def dynamo_graph_origin(gm: Any) -> tuple[str, str, int, str] | None:
 def compiled_autograd_configured() -> bool:
     """Whether compiled autograd is on in Dynamo's config (PyTorch's dynamo-wrapped test suites turn it on)."""
     return bool(torch._dynamo.config.compiled_autograd)
-
-
-def in_compiled_autograd_region() -> bool:
-    """Whether a compiled-autograd backward is running (or being traced) now."""
-    return bool(torch._dynamo.compiled_autograd.in_compiled_autograd_region)
 
 
 def compiling_a_compiled_autograd_graph() -> bool:

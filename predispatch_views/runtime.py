@@ -20,37 +20,13 @@ from . import _torch_internals as ti
 from .graph_ops import is_grad_mode_change
 from .slicing import SlicedProgram
 
-# Note [Undefined gradients into the core under compiled autograd]
-# torch 2.13's compiled autograd does not materialize an undefined gradient that a C++ node hands to an
-# autograd.Function's backward (eager's engine gives the Function zeros): with the epilogue's ``unbind`` between
-# the compiled core and the outputs, a backward whose output gradients are all undefined (gradcheck's undefined-
-# gradient check) hands the core's backward None, and its graph fails on it. Stock's outputs come from the
-# compiled Function itself, whose undefined gradients compiled autograd does materialize; a user's own Function
-# followed by any op fails the same way. So where compiled autograd is configured on when the graph compiles,
-# each core output the epilogue reads gets a hook that turns an undefined gradient into zeros, only inside a
-# compiled-autograd backward (eager's engine refuses a hook that replaces None, and materializes it itself).
-
-
-def _materialize_undefined_grads(t: Any) -> None:
-    if isinstance(t, torch.Tensor) and t.requires_grad:
-        shape, dtype, device = t.shape, t.dtype, t.device
-
-        def hook(grad: torch.Tensor | None) -> torch.Tensor | None:
-            if grad is None and ti.in_compiled_autograd_region():
-                return torch.zeros(shape, dtype=dtype, device=device)
-            return None
-
-        t.register_hook(hook)
-
 
 class EpilogueCodegen:
     """Turns the epilogue graph into the source of ``run(*args)``."""
 
-    def __init__(self, materialize_undefined_grads: bool = False) -> None:
+    def __init__(self) -> None:
         self.globals: dict[str, Any] = {}
         self._ids: dict[int, str] = {}
-        # Note [Undefined gradients into the core under compiled autograd]
-        self.materialize_undefined_grads = materialize_undefined_grads
 
     def bind(self, value: Any, hint: str) -> str:
         key = id(value)
@@ -100,8 +76,6 @@ class EpilogueCodegen:
             names[p] = f"v{len(names)}"
             value = f"args[{source.index}]" if source.kind == "arg" else core_output[source.index]
             lines.append(f"{names[p]} = {value}")
-            if self.materialize_undefined_grads and source.kind != "arg" and p.users:
-                lines.append(f"{self.bind(_materialize_undefined_grads, 'materialize')}({names[p]})")
         output = sliced.epilogue.graph.output_node()
         outputs = _as_tuple(output.args[0])
         runs = _output_runs(outputs, output)
@@ -185,7 +159,7 @@ def _fast_callable(target: Any) -> Callable[..., Any]:
 def build_runtime(sliced: SlicedProgram, compiled_parts: Sequence[Callable[..., Any]] | None) -> Callable[..., Any]:
     """``run(*args)``: the compiled program. ``compiled_parts``: one per ``sliced.parts``; None when the core does
     nothing."""
-    codegen = EpilogueCodegen(materialize_undefined_grads=ti.compiled_autograd_configured())
+    codegen = EpilogueCodegen()
     source = codegen.generate(sliced, call_core=compiled_parts is not None)
     scope: dict[str, Any] = dict(codegen.globals)
     if compiled_parts is not None and len(compiled_parts) == 1:
