@@ -174,7 +174,8 @@ def ca_train_step(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def test_compiled_autograd_config_flag_with_backward_inside_the_compiled_step() -> None:
     """``torch._dynamo.config.compiled_autograd``: the backward inside the compiled function is compiled with
-    the same backend; its graph has no view outputs, so the prototype hands it to the inner backend as is.
+    the same backend; its graph returns gradients, no user views, so the prototype hands it to the inner backend as
+    is (noted "compiled autograd").
     (torch.compile reads the flag when it is called, not when the compiled function runs.)"""
 
     def run(make_step: Callable[[], Callable[..., Any]]) -> tuple[list[Any], list[str]]:
@@ -189,7 +190,7 @@ def test_compiled_autograd_config_flag_with_backward_inside_the_compiled_step() 
     torch.testing.assert_close(c_grads, grads)
     assert c_grad_fns == grad_fns == ["UnbindBackward0"] * 4 + ["SplitBackward0"] * 2
     kinds = ["epilogue" if p.epilogue_source else ",".join(p.notes) for p in backend.programs]
-    assert kinds == ["epilogue", "no view outputs"]
+    assert kinds == ["epilogue", "compiled autograd"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
