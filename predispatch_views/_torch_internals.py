@@ -81,6 +81,7 @@ __all__ = [
     "detect_fake_mode",
     "enable_python_dispatcher",
     "ends_at_graph_break",
+    "eval_dropout_is_traced_as_its_input",
     "from_fun",
     "has_data_mutation",
     "inductor_compile_fx",
@@ -107,6 +108,8 @@ AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 # Differences found between 2.13.0 and 2.14.1, none needing a shim: make_fx gained ``dynamic_shapes=None``;
 # FunctionalTensorMode gained ``_keep_input_mutations=True`` (2.13's behaviour); the runtime wrappers' code
 # generation was rewritten but still binds ``runtime_wrappers.gen_alias_from_base`` by name when it compiles.
+# One behaviour change shows in stock, not in the engine: AOTAutograd's dropout decomposition in eval mode returns
+# its input instead of a clone (eval_dropout_is_traced_as_its_input below; design/02).
 _BOTH = ("2.13.0", "2.14.1")
 CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True, record_module_stack=True)": _BOTH,
@@ -137,7 +140,23 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._C._autograd: _get_creation_meta, _set_creation_meta, CreationMeta": _BOTH,
     "torch._C._functionalization: unbind_int_ViewMeta, split_Tensor_ViewMeta, split_with_sizes_ViewMeta "
     "(as_tuple() layout), apply_view_meta_sequence": _BOTH,
+    "torch._decomp.decompositions.dropout (eval_dropout_is_traced_as_its_input)": _BOTH,
 }
+
+
+def eval_dropout_is_traced_as_its_input() -> bool:
+    """Whether AOTAutograd's decomposition of ``dropout`` in eval mode or with p=0 returns its input, as eager does
+    (torch 2.14), instead of ``input.clone()`` (2.13).
+
+    Stock's behaviour depends on it: a multi-output view of such a result is, to AOTAutograd, a view of the
+    dropout's input where 2.13 saw a view of an intermediate (the clone). For a graph input the unsafe fix then
+    classifies the outputs ``non_alias`` and the compiled function returns real views of the input, made inside its
+    autograd.Function (tests and design/02 key on this rather than on the version).
+    """
+    from torch._decomp import decompositions
+
+    probe = torch.empty(0)
+    return decompositions.dropout(probe, 0.5, False) is probe
 
 
 def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:
