@@ -100,3 +100,11 @@ def test_import_checks_the_release_before_anything_else() -> None:
         "newer: ['UnsupportedTorchWarning']",
         "imported: predispatch_views True",
     ]
+
+
+def test_the_dropout_feature_check_predicts_stock() -> None:
+    """Where AOTAutograd traces dropout in eval as its input, stock's multi-output views of it, taken from a graph
+    input, are views of that input; where it traces a clone, they are not views at all (the unsafe fix)."""
+    x = torch.randn(3, 2, requires_grad=True).mul(1)
+    outs = torch.compile(lambda t: torch.nn.functional.dropout(t, 0.5, False).unbind(0), backend="aot_eager")(x)
+    assert outs[0]._is_view() == (outs[0]._base is x) == _torch_internals.eval_dropout_is_traced_as_its_input()
