@@ -331,6 +331,8 @@ def _autograd_functions_refused() -> Iterator[None]:
     with _guard_lock:
         if _guard_users[0] == 0:
             function_class.apply = classmethod(_refusing_apply(function_class.__dict__["apply"]))  # type: ignore[method-assign]
+            for module, name in _RNG_SETTERS:
+                setattr(module, name, _refusing_rng_setter(getattr(module, name)))
         _guard_users[0] += 1
     previous = getattr(_refusing, "active", False)
     _refusing.active = True
@@ -342,6 +344,31 @@ def _autograd_functions_refused() -> Iterator[None]:
             _guard_users[0] -= 1
             if _guard_users[0] == 0:
                 function_class.apply = function_class.__dict__["apply"].__func__.original  # type: ignore[method-assign]
+                for module, name in _RNG_SETTERS:
+                    setattr(module, name, getattr(module, name).original)
+
+
+# Calls that set the random number generator: the trace records none of them (OpInfo's wrapper_set_seed seeds
+# inside freeze_rng_state, which restores the state, so the generator looks unmoved after the trace).
+_RNG_SETTERS = [
+    (torch, "manual_seed"),
+    (torch.random, "manual_seed"),
+    (torch, "set_rng_state"),
+    (torch.random, "set_rng_state"),
+]
+
+
+def _refusing_rng_setter(original: Callable[..., Any]) -> Callable[..., Any]:
+    def setter(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_refusing, "active", False):
+            raise UnsupportedCapture(
+                "the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace "
+                "does not record it"
+            )
+        return original(*args, **kwargs)
+
+    setter.original = original  # type: ignore[attr-defined]
+    return setter
 
 
 def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignore[type-arg]

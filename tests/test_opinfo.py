@@ -44,17 +44,13 @@ SUBSET: dict[str, tuple[str, int]] = {
     "sort": ("out_input", 1),  # out= with a tuple of buffers
     # Found by the full run (fixed in 2faf7b2): compile_function crashed on a sparse input.
     "sparse.sampled_addmm": ("out_input", 1),
-    # Found by the full run, open: OpInfo's wrapper_set_seed seeds inside freeze_rng_state.
+    # Found by the full run (fixed since): OpInfo's wrapper_set_seed seeds inside freeze_rng_state.
     "log_normal": ("direct", 1),
     "bernoulli": ("out_input", 1),
 }
 
-RNG_REPRO = "/work/notes/repros/opinfo_compile_function_manual_seed.py"
-OPEN_DEFECTS = {
-    "log_normal": f"compile_function draws from the caller's RNG state where the function seeds it and restores it "
-    f"(torch.testing._utils.wrapper_set_seed): {RNG_REPRO}",
-    "bernoulli": f"compile_function leaves another RNG state than eager where the function restores it: {RNG_REPRO}",
-}
+# Defects still open, each a strict xfail naming its repro (none at present).
+OPEN_DEFECTS: dict[str, str] = {}
 
 
 def _params() -> list[Any]:
@@ -77,8 +73,12 @@ def subset() -> dict[str, list[OpProgram]]:
 
 
 def _defects(rows: list[Row]) -> list[str]:
+    # The first two lines of what the entry point got: Dynamo's wrapper, then the error it wraps.
     return [
-        f"{r.op} s{r.sample} {r.program} {r.setting} {r.strategy}: {r.rule}: {r.probe}{r.got}" for r in rows if r.defect
+        f"{r.op} s{r.sample} {r.program} {r.setting} {r.strategy}: {r.rule}: {r.probe}"
+        + " | ".join(r.got.splitlines()[:2])
+        for r in rows
+        if r.defect
     ]
 
 
