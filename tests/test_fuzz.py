@@ -455,3 +455,31 @@ def test_shrinking_keeps_a_later_call_failure_and_drops_what_it_does_not_need() 
     shrunk, _ = shrink(program, fails, max_tests=80)
     assert fails(shrunk)
     assert len(shrunk.calls) == 1 and shrunk.call_mode == ""  # the third call and the grad mode were not needed
+
+
+def test_the_process_runner_resumes_after_the_programs_a_killed_run_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk whose programs are all in its rows (or died) starts no worker; one with some left starts after them."""
+    import json
+
+    from predispatch_views.compare import fuzz_runner
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(fuzz_runner.subprocess, "run", lambda command, **_: started.append(command))
+    (tmp_path / "rows_5_0.jsonl").write_text("".join(json.dumps({"index": i}) + "\n" for i in (0, 1, 3)))
+    (tmp_path / "died_5_0.jsonl").write_text(json.dumps({"index": 2}) + "\n")
+    rows = fuzz_runner._run_chunk("aot_eager", "all", ["eager"], 5, 0, 4, tmp_path)
+    assert [r["index"] for r in rows] == [0, 1, 2, 3] and not started
+    (tmp_path / "rows_5_4.jsonl").write_text(json.dumps({"index": 4}) + "\n")
+
+    class WorkerWroteNothing(Exception):
+        pass
+
+    def attribute(*args: Any) -> Any:  # the fake worker writes no row, so the runner would attribute a crash
+        raise WorkerWroteNothing
+
+    monkeypatch.setattr(fuzz_runner, "_attribute_crash", attribute)
+    with pytest.raises(WorkerWroteNothing):
+        fuzz_runner._run_chunk("aot_eager", "all", ["eager"], 5, 4, 3, tmp_path)
+    assert len(started) == 1 and started[0][started[0].index("--start") + 1] == "5"

@@ -171,9 +171,11 @@ def _run_chunk(
 ) -> list[dict[str, Any]]:
     rows = work / f"rows_{seed}_{start}.jsonl"
     failures = work / f"failures_{seed}_{start}.md"
+    died = work / f"died_{seed}_{start}.jsonl"  # kept apart: a resumed run must not run them again
     end = start + count
-    crashed: list[dict[str, Any]] = []
-    position = start
+    crashed = _read_rows(died)
+    done = {r["index"] for r in _read_rows(rows)} | {r["index"] for r in crashed}
+    position = next((i for i in range(start, end) if i not in done), end)  # after the programs a resumed run has
     while position < end:
         subprocess.run(
             _worker_command(inner, dimensions, seed, position, end - position, rows, failures),
@@ -185,6 +187,8 @@ def _run_chunk(
         position = next((i for i in range(start, end) if i not in done), end)
         if position < end:  # the worker died on this program
             crashed.append(_attribute_crash(inner, dimensions, labels, seed, position, work))
+            with died.open("a") as fh:
+                fh.write(json.dumps(crashed[-1]) + "\n")
             print(f"  {crashed[-1]['name']}: the process died; attributed per strategy", flush=True)
             position += 1
     return sorted(_read_rows(rows) + crashed, key=lambda r: r["index"])
@@ -197,14 +201,18 @@ def run_many(
     jobs: int,
     out_dir: Path,
     dimensions: frozenset[str] = frozenset(),
+    resume: bool = False,
 ) -> str:
+    """``resume``: keep the programs a run with the same arguments left in ``out_dir/fuzz_work`` (killed before its
+    end) and run only the others; the wall time is then this part's."""
     inner = ",".join(inners)
     dims = dimensions_text(dimensions)
     labels = [s.label for s in strategies_for(inners, dimensions)]
     work = out_dir / "fuzz_work"
     work.mkdir(parents=True, exist_ok=True)
     for stale in work.iterdir():
-        stale.unlink()
+        if not resume or stale.name.startswith("attr_"):
+            stale.unlink()
     chunks = [(seed, start, min(CHUNK, n - start)) for seed in seeds for start in range(0, n, CHUNK)]
     began = time.perf_counter()
     rows: list[dict[str, Any]] = []

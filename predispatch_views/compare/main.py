@@ -47,6 +47,11 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="--fuzz: all (default), classic (the generator and strategies of before: documented seeds reproduce), "
         "or some of out,inputs,sizes,grad_mode,dynamic,compiled_autograd, comma separated",
     )
+    parser.add_argument(
+        "--fuzz-resume",
+        action="store_true",
+        help="--fuzz --jobs: keep the programs a killed run with the same arguments left in OUT/fuzz_work",
+    )
     parser.add_argument("--opinfo", action="store_true", help="only run the OpInfo oracle (opinfo.py)")
     parser.add_argument("--opinfo-ops", default=None, help="--opinfo: ops whose name contains one of these (a,b,...)")
     parser.add_argument("--opinfo-samples", type=int, default=1, metavar="N", help="--opinfo: sample inputs per op")
@@ -105,7 +110,8 @@ def run_compare(args: argparse.Namespace) -> int:
         if args.jobs or len(seeds) > 1:
             from .fuzz_runner import run_many
 
-            print(run_many(args.fuzz, seeds, args.inners, max(args.jobs, 1), out_dir, args.fuzz_dimensions))
+            jobs = max(args.jobs, 1)
+            print(run_many(args.fuzz, seeds, args.inners, jobs, out_dir, args.fuzz_dimensions, args.fuzz_resume))
             return 0
         from .fuzz import run_fuzz_section
 
