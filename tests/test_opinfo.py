@@ -206,7 +206,7 @@ def test_report_lists_defects(tmp_path: Any) -> None:
     text = opinfo.markdown([row, ok], [("unbind", {"view", "multi_output_view"})], 1.0, SEED, 1)
     assert "### Prototype-only defects: 1 runs" in text
     assert "#### unbind" in text and "AttributeError: boom" in text
-    assert "| prototype dynamic/grad | 0 | 0 | 1 | 0 | 0 | 0 | 1 |" in text
+    assert "| prototype dynamic/grad | 0 | 0 | 1 | 0 | 0 | 0 | 1 | 0 |" in text
     opinfo.write_csv([row, ok], tmp_path / "opinfo.csv")
     assert len((tmp_path / "opinfo.csv").read_text().splitlines()) == 3
 

@@ -69,6 +69,7 @@ from .fuzz import (
     failure_predicate,
     run_program,
     violated_rule,
+    wrong_on_a_probe,
 )
 from .probes import Raised, attempt, describe
 from .strategies import Strategy
@@ -515,6 +516,9 @@ class Row:
     sample_text: str = ""
     confirmed: bool | None = None  # a defect run again (forward and its probe) and still there
     seconds: float = 0.0
+    # Diagnostics, not the invariant (fuzz.wrong_on_a_probe): where stock diverges too, the first probe on which
+    # this entry point differs from eager and stock does not.
+    wrong_on_a_probe: str = ""
 
     @property
     def defect(self) -> bool:
@@ -575,6 +579,11 @@ def run_op_program(
                 if n != STOCK and stock_outcome is not None:
                     rule = violated_rule(result.outcome, stock_outcome)
                 row = _row(program, setting, n, result, rule)
+                if n != STOCK and rule is None and STOCK in runs:
+                    diagnostic = wrong_on_a_probe(eager_run, runs[n], runs[STOCK])
+                    if diagnostic is not None:
+                        got = describe(diagnostic.actual, 300)
+                        row.wrong_on_a_probe = f"{diagnostic.kind} in {diagnostic.probe}{diagnostic.path}: {got}"
                 if rule is not None and confirm:
                     fails = failure_predicate(
                         reference, strategies[n], strategies[STOCK], result.outcome, eager_raises, rule
@@ -618,9 +627,7 @@ def summary(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
     table: dict[str, dict[str, int]] = {}
     for setting in SETTINGS:
         for name in entry_points(setting):
-            counts = dict.fromkeys(
-                [*CATEGORIES, "fallback_match", "wrong_where_stock_matches", "crash_where_stock_runs"], 0
-            )
+            counts = dict.fromkeys(_SUMMARY_COLUMNS, 0)
             for r in rows:
                 if r.setting != setting.label or r.strategy != name:
                     continue
@@ -628,6 +635,7 @@ def summary(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
                 counts["fallback_match"] += r.category == "fallback" and r.kind == "match"
                 counts["wrong_where_stock_matches"] += r.rule == WRONG_WHERE_STOCK_MATCHES
                 counts["crash_where_stock_runs"] += r.rule == CRASH_WHERE_STOCK_RUNS
+                counts["wrong_on_a_probe"] += bool(r.wrong_on_a_probe)
             if sum(counts[c] for c in CATEGORIES):
                 table[column(setting.label, name)] = counts
     return table
@@ -655,13 +663,16 @@ def markdown(
         "with eager in the same grad mode. `fallback` runs are not counted in match/divergence/crash; "
         "`fallback_match` is how many of them still matched eager. `wrong_where_stock_matches` and "
         "`crash_where_stock_runs` are the prototype-only defects (fuzz.violated_rule against stock in the same "
-        "setting).",
+        "setting). `wrong_on_a_probe` (diagnostics, not the invariant): on the other runs, some probe where the "
+        "entry point differs from eager while stock does not (stock diverging elsewhere, often by wrapping "
+        "eager's error in a Dynamo exception, hides the rest of the run from the rule).",
         "",
         "| entry point, setting | " + " | ".join(_SUMMARY_COLUMNS) + " |",
         "|---|" + "---:|" * len(_SUMMARY_COLUMNS),
     ]
     for label, counts in summary(rows).items():
         lines.append(f"| {label} | " + " | ".join(str(counts[c]) for c in _SUMMARY_COLUMNS) + " |")
+    lines += ["", *kind_table(rows)]
     reasons = collections.Counter(f for r in rows for f in r.fallbacks)
     if reasons:
         lines += ["", "Fallback reasons (runs):", ""]
@@ -684,10 +695,49 @@ def markdown(
             lines.append(f"- {signature} ({len(same)} runs, {confirmed} confirmed; {where})")
             lines.append(f"  - sample {same[0].sample}: `{same[0].sample_text[:300]}`")
         lines.append("")
+    diagnostics = [r for r in rows if r.wrong_on_a_probe]
+    lines += ["", f"### Diagnostics, wrong on a probe where stock is right: {len(diagnostics)} runs", ""]
+    grouped_diagnostics: dict[tuple[str, str], list[Row]] = collections.defaultdict(list)
+    for r in diagnostics:
+        grouped_diagnostics[r.op, r.strategy].append(r)
+    for (name, strategy), same in grouped_diagnostics.items():
+        where = ", ".join(sorted({f"s{r.sample}/{r.program} {r.setting}" for r in same}))
+        lines.append(f"- {name} under {strategy} ({where}): {same[0].wrong_on_a_probe.splitlines()[0][:200]}")
     return "\n".join(lines) + "\n"
 
 
-_SUMMARY_COLUMNS = (*CATEGORIES, "fallback_match", "wrong_where_stock_matches", "crash_where_stock_runs")
+def kind_table(rows: Sequence[Row]) -> list[str]:
+    """Per program kind: programs, and per entry point (every setting) runs matching eager (a fallback that
+    matched counts) / runs / prototype-only defects."""
+    kinds = list(dict.fromkeys(k for group in PROGRAM_KINDS.values() for k in group))
+    lines = [
+        "Per program kind, each entry point over its settings: `matched / runs / defects` (a fallback that matched "
+        "counts as matched):",
+        "",
+        "| program kind | programs | " + " | ".join(ENTRY_POINTS) + " |",
+        "|---|---:|" + "---:|" * len(ENTRY_POINTS),
+    ]
+    for kind in kinds:
+        here = [r for r in rows if r.program == kind]
+        if not here:
+            continue
+        programs = len({(r.op, r.sample) for r in here})
+        cells = []
+        for name in ENTRY_POINTS:
+            mine = [r for r in here if r.strategy == name]
+            matched = sum(r.kind == "match" for r in mine)
+            cells.append(f"{matched} / {len(mine)} / {sum(r.defect for r in mine)}")
+        lines.append(f"| {kind} | {programs} | " + " | ".join(cells) + " |")
+    return lines
+
+
+_SUMMARY_COLUMNS = (
+    *CATEGORIES,
+    "fallback_match",
+    "wrong_where_stock_matches",
+    "crash_where_stock_runs",
+    "wrong_on_a_probe",
+)
 
 CSV_FIELDS = (
     "op",
@@ -703,6 +753,7 @@ CSV_FIELDS = (
     "fallbacks",
     "got",
     "eager",
+    "wrong_on_a_probe",
     "sample_text",
     "seconds",
 )
