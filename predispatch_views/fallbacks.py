@@ -317,6 +317,18 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "the function writes an alias of it",
     ),
     FallbackReason(
+        "a graph whose inputs share storage (views an earlier graph returned) that the inner backend fails to "
+        "compile: it runs uncompiled",
+        "`the inner backend raised <error> on inputs that share storage (the views an earlier graph returned): the "
+        "graph runs uncompiled`",
+        "stock's first graph returns fresh tensors where the prototype returns eager's views, so only the prototype "
+        "hands the next graph aliased inputs; AOTAutograd's synthetic-base path raises on some of them (torch 2.13, "
+        "dynamic shapes; fuzzer s62_92). Uncompiled is Dynamo with `backend=\"eager\"`; Note [Aliased inputs the "
+        "inner backend rejects] in pipeline.py.",
+        "pipeline.py",
+        "on inputs that share storage",
+    ),
+    FallbackReason(
         "an internal error of the pipeline",
         "`internal error in the view-replay pipeline: ...`",
         "any exception in selection, functionalization or slicing: an engine limitation must never break a "

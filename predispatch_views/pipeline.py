@@ -252,7 +252,9 @@ def _compile_dynamo_graph(
     if not may_return_views:
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
         note = "compiled autograd" if compiled_autograd else "no view outputs"
-        return CompiledProgram(run=resolve_inner(inner)(gm, list(example_inputs)), notes=[note])
+        program = CompiledProgram(run=_unset, notes=[note])
+        program.run = _inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict)
+        return program
     if reason is not None:
         return _stock_for(gm, example_inputs, inner, reason, strict)
     try:
@@ -322,8 +324,42 @@ def _fall_back(
     log.info("falling back to stock AOTAutograd: %s [in %s]", reason, label)
     FALLBACKS.append((label, reason))
     result.fallback_reason = reason
-    result.run = inner_fn(graph, list(example_inputs))
+    result.run = _inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
     return result
+
+
+def _inner_or_uncompiled(
+    result: CompiledProgram,
+    graph: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    inner_fn: Callable[..., Any],
+    strict: bool,
+) -> Callable[..., Any]:
+    """Dynamo's graph compiled by the inner backend, or run uncompiled where that raises on inputs that share
+    storage.
+
+    Note [Aliased inputs the inner backend rejects]
+    Stock's own compile errors are the user's. But an earlier graph the prototype replayed returns real views,
+    where stock returns fresh tensors, so the next graph can receive inputs that share storage, which it never
+    does under stock. AOTAutograd's synthetic-base path has bugs there (torch 2.13, dynamic shapes: "Cannot
+    call numel() on tensor with symbolic sizes/strides" in compute_overlapping_inputs; fuzzer s62_92). Running
+    Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
+    """
+    try:
+        return inner_fn(graph, list(example_inputs))
+    except Exception as e:
+        groups = input_alias_groups(example_inputs)
+        if strict or len(set(groups)) == len(groups):
+            raise
+        reason = (
+            f"the inner backend raised {type(e).__name__} on inputs that share storage (the views an earlier "
+            f"graph returned): the graph runs uncompiled (Note [Aliased inputs the inner backend rejects]): "
+            f"{_first_line(e)}"
+        )
+        log.info("%s [in %s]", reason, graph_label(graph))
+        FALLBACKS.append((graph_label(graph), reason))
+        result.fallback_reason = reason if result.fallback_reason is None else result.fallback_reason
+        return graph.forward
 
 
 def _no_fall_back(result: CompiledProgram, reason: str, strict: bool) -> CompiledProgram:

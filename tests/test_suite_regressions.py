@@ -287,3 +287,37 @@ def test_an_out_call_that_resizes_its_out_tensor(entry: str) -> None:
     assert_matches_eager(out_resizes_a_view, compiled, make_inputs)
     if entry == "compile_function":
         assert any("aten.exp.out changes a tensor's storage" in r for _, r in pipeline.FALLBACKS)
+
+
+def out_into_a_base_with_its_view(t0: torch.Tensor, t1: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # Fuzzer s62_92 after its graph break: the second graph receives a view (t1) and its base (c), as the
+    # prototype's first graph returns them (a real view, where stock's is a fresh tensor). With dynamic shapes,
+    # AOTAutograd's synthetic-base path raises on them (torch 2.13).
+    t0.uniform_()
+    torch.sub(t1, c, out=c)
+    t2 = t0.to(torch.float32)
+    _first, _second = t2.unbind(0)
+    return t2, t1
+
+
+def test_aliased_inputs_the_inner_backend_rejects_run_uncompiled() -> None:
+    # Note [Aliased inputs the inner backend rejects]: the graph runs as backend="eager" would, logged.
+    def make_inputs() -> tuple[torch.Tensor, ...]:
+        c = _randn(2, 1)
+        return _randn(2, 2), c[0:2], c
+
+    stock = torch.compile(out_into_a_base_with_its_view, backend="aot_eager", dynamic=True)
+    with torch.no_grad(), pytest.raises(Exception, match="Cannot call numel"):
+        stock(*make_inputs())
+    compiled = torch.compile(out_into_a_base_with_its_view, backend=_backend(), dynamic=True)
+    pipeline.FALLBACKS.clear()
+    expected_inputs, inputs = make_inputs(), make_inputs()
+    with torch.no_grad():
+        torch.manual_seed(0)
+        expected = out_into_a_base_with_its_view(*expected_inputs)
+        torch.manual_seed(0)
+        outs = compiled(*inputs)
+    for got, want in zip(outs + inputs, expected + expected_inputs, strict=True):
+        torch.testing.assert_close(got, want)
+    assert outs[1]._base is inputs[2] and outs[0]._is_view() == expected[0]._is_view()
+    assert any("on inputs that share storage" in r for _, r in pipeline.FALLBACKS)
