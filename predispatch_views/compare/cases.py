@@ -10,86 +10,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from .case_types import Case, InputFactory, Inputs, T, registrar, t, tensors
+from .cases_upstream import UPSTREAM_CASES
 
-@dataclass(frozen=True)
-class Inputs:
-    """One call's arguments, and the leaf tensors whose ``.grad`` the backward probes read."""
+__all__ = ["CASES", "Case", "InputFactory", "Inputs", "T", "by_name", "case", "select_cases", "t", "tensors"]
 
-    args: tuple[Any, ...]
-    leaves: tuple[torch.Tensor, ...]
-    # Tensors the program may alias or mutate without being an argument (the base of a view input...): the
-    # probes watch their values and version counters too.
-    extra: tuple[torch.Tensor, ...] = ()
-
-
-InputFactory = Callable[[torch.Generator, str], Inputs]
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    fn: Callable[..., Any]
-    inputs: InputFactory
-    fast: bool = False
-    slow: bool = False
-    note: str = ""
-    # nn.Module cases: the module for a device (seeded, built once); it is the program and its parameters'
-    # .grad is reset before every call.
-    module: Callable[[str], nn.Module] | None = None
-
-    def program(self, device: str) -> Callable[..., Any]:
-        return self.fn if self.module is None else self.module(device)
-
-    def params(self, device: str) -> tuple[torch.Tensor, ...]:
-        return () if self.module is None else tuple(self.module(device).parameters())
-
-
-@dataclass(frozen=True)
-class T:
-    """How to build one tensor input."""
-
-    shape: tuple[int, ...]
-    requires_grad: bool = True
-    dtype: torch.dtype = torch.float32
-
-    def build(self, gen: torch.Generator, device: str) -> torch.Tensor:
-        if self.dtype.is_floating_point or self.dtype.is_complex:
-            t = torch.randn(self.shape, dtype=self.dtype, generator=gen)
-        else:
-            t = torch.randint(-8, 8, self.shape, dtype=self.dtype, generator=gen)
-        t = t.to(device)
-        return t.requires_grad_(self.requires_grad)
-
-
-def tensors(*specs: T) -> InputFactory:
-    def factory(gen: torch.Generator, device: str) -> Inputs:
-        args = tuple(s.build(gen, device) for s in specs)
-        return Inputs(args, tuple(a for a in args if a.requires_grad))
-
-    return factory
-
-
-def t(*shape: int, rg: bool = True, dtype: torch.dtype = torch.float32) -> T:
-    return T(tuple(shape), rg, dtype)
-
-
+# The library's own cases, in order; the ported upstream cases are appended at the end of this module.
 CASES: list[Case] = []
-
-
-def case(
-    inputs: InputFactory, *, fast: bool = False, slow: bool = False, note: str = "", name: str | None = None
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        CASES.append(Case(name or fn.__name__, fn, inputs, fast=fast, slow=slow, note=note))
-        return fn
-
-    return register
+case = registrar(CASES)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -716,5 +649,5 @@ def by_name(name: str) -> Case:
     raise KeyError(name)
 
 
-# PyTorch's own aliasing tests register themselves into CASES (they need the names above).
-from . import cases_upstream  # noqa: E402, F401
+# PyTorch's own aliasing tests, ported (cases_upstream.py), after the library's.
+CASES += UPSTREAM_CASES

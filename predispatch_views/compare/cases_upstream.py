@@ -27,10 +27,14 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from .cases import InputFactory, Inputs, T, case, t
+from .case_types import Case, InputFactory, Inputs, T, registrar, t
 
 PREFIX = "upstream_"
 SOURCE = "test_aotdispatch.py::"
+
+# The ported cases, in order; cases.CASES appends them to the library's.
+UPSTREAM_CASES: list[Case] = []
+case = registrar(UPSTREAM_CASES)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ strategy does (raising at compile or at run time) stops the harness: it is recor
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import faulthandler
 import io
@@ -19,7 +18,6 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from .. import pipeline
 from . import report
 from .cases import Case, by_name, select_cases
 from .cases_upstream import PREFIX as UPSTREAM_PREFIX
+from .parity_results import CaseRun, Divergence, ParityResults
 from .probes import PROBES, Raised, Subject, attempt, autograd_nodes, first_difference
 from .strategies import Strategy, parity_strategies
 
@@ -41,45 +40,6 @@ QUICK_INDUCTOR_CASES = (
     "module_linear_chunk_qkv",
     "unbind_then_detach",
 )
-
-
-@dataclass
-class Divergence:
-    path: str
-    expected: Any
-    actual: Any
-
-
-@dataclass
-class CaseRun:
-    """One case under one strategy."""
-
-    case: Case
-    strategy: Strategy
-    observations: dict[str, Any] = field(default_factory=dict)
-    nodes: collections.Counter[str] | Raised = field(default_factory=collections.Counter)
-    fallbacks: list[tuple[str, str]] = field(default_factory=list)
-    # Per probe, the first difference from eager; None where it matches (eager's own run has none).
-    divergences: dict[str, Divergence | None] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def matched(self) -> int:
-        return sum(d is None for d in self.divergences.values())
-
-
-@dataclass
-class ParityResults:
-    cases: list[Case]
-    strategies: list[Strategy]
-    runs: dict[tuple[str, str], CaseRun]  # (case name, strategy label); none for a case in eager_not_run
-    seconds: float
-    # Cases whose eager reference did not run (its program could not be built, or the worker died), and why.
-    # Nothing is compared for them: a strategy that fails the same way would otherwise count as matching eager.
-    eager_not_run: dict[str, str] = field(default_factory=dict)
-
-    def run(self, case: str, strategy: str) -> CaseRun | None:
-        return self.runs.get((case, strategy))
 
 
 @contextlib.contextmanager

@@ -40,19 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .pytorch_test_files import DEFAULT_FILES, STRATEGIES, find_test_files
 from .pytorch_tests_plugin.predispatch_views_pt_plugin import IDS_ENV, LOG_ENV, STRATEGY_ENV, TEST_TIMEOUT_ENV
 
 # Loaded by module name from its own folder, put first on PYTHONPATH (see pytorch_tests_plugin/__init__.py).
 PLUGIN = "predispatch_views_pt_plugin"
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytorch_tests_plugin"
-# The files issue 21 names, relative to a PyTorch source tree's root.
-DEFAULT_FILES = (
-    "test/test_view_ops.py",
-    "test/test_functionalization.py",
-    "test/functorch/test_aotdispatch.py",
-    "test/test_autograd.py",
-)
-STRATEGIES = ("plain", "stock", "prototype")
 OUTCOMES = ("passed", "failed", "crashed", "skipped", "missing")
 # Variables that would change what a strategy runs: the runner sets the ones it wants itself.
 _CLEARED_ENV = (
@@ -88,19 +81,6 @@ class FileRun:
     def name(self) -> str:
         parts = self.path.parts
         return "/".join(parts[parts.index("test") :]) if "test" in parts else self.path.name
-
-
-def find_test_files(path: Path) -> list[Path]:
-    """A test file itself, or the DEFAULT_FILES present under a source tree root (or under its test/ folder)."""
-    if path.is_file():
-        return [path.resolve()]
-    found = []
-    for rel in DEFAULT_FILES:
-        for candidate in (path / rel, path / rel.removeprefix("test/")):
-            if candidate.is_file():
-                found.append(candidate.resolve())
-                break
-    return found
 
 
 def working_dir(test_file: Path) -> Path:

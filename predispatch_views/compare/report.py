@@ -7,14 +7,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from .parity_results import CaseRun, Divergence, ParityResults
 from .probes import PROBES, Raised, describe, first_difference
-
-if TYPE_CHECKING:
-    from .parity import CaseRun, Divergence, ParityResults
 
 AS_STRIDED = "AsStridedBackward0"
 

@@ -69,7 +69,7 @@ def check_out_dir(out: str) -> Path:
 def check_pytorch_tests(path: str | None, strategies: str) -> None:
     if path is None:
         return
-    from .pytorch_tests import DEFAULT_FILES, STRATEGIES, find_test_files
+    from .pytorch_test_files import DEFAULT_FILES, STRATEGIES, find_test_files
 
     if not Path(path).exists():
         raise ArgumentError(f"--pytorch-tests {path}: no such file or folder")
