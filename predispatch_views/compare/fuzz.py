@@ -20,6 +20,11 @@ with a stock of the same setting as its control: ``dynamic`` (``dynamic=True``) 
 backward runs through it, its graph compiled by the strategy's own backend). Without a setting, a strategy is
 ``torch.compile``'s default (``dynamic=None``: static, then automatic dynamic on a size change); with
 ``classic``, it is ``dynamic=False`` and the programs are the classic generator's, as before.
+
+The ceiling (issue 22, ceiling.py): ``dynamo_eager`` (Dynamo with ``backend="eager"``) runs every program too, under
+each setting, as an extra strategy; it never judges the invariant (stock does), it measures the gap: per entry
+point, ``gap closed`` over the programs whose eager forward runs, and ``below_the_ceiling`` (diagnostics), the
+programs where the entry point differs from eager while the ceiling under the same setting matches.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from torch._dynamo import compiled_autograd
 
 from .. import pipeline
 from ..backend import backend as prototype_backend
+from .ceiling import Gap, Result, ceiling_label_for, gap_markdown, gap_text, gaps, is_below_the_ceiling
 from .fuzz_program import (
     Program,
     call_mode_context,
@@ -52,7 +58,7 @@ from .fuzz_program import (
 from .parity import _isolated
 from .probes import PROBES, Call, Raised, Subject, attempt, describe, differences
 from .report import stock_version_line
-from .strategies import Strategy, eager, prototype, prototype_fn, stock
+from .strategies import CEILING, CEILING_BACKEND, Strategy, dynamo_eager, eager, prototype, prototype_fn, stock
 
 RNG_SEED = 1234
 
@@ -166,6 +172,27 @@ def fuzz_strategies(inner: str, dimensions: frozenset[str] = frozenset()) -> lis
                 _variant("stock", inner, inner, setting),
                 _variant("prototype", inner, prototype_backend(inner), setting),
             ]
+    return found
+
+
+def ceiling_strategies(dimensions: frozenset[str] = frozenset()) -> list[Strategy]:
+    """The ceiling under each setting the stock controls have: ``dynamo_eager`` as stock is made, backend ``eager``."""
+    if not dimensions:
+        return [dynamo_eager()]
+    found: list[Strategy] = [_variant(CEILING, CEILING_BACKEND, CEILING_BACKEND)]
+    found += [
+        _variant(CEILING, CEILING_BACKEND, CEILING_BACKEND, setting)
+        for setting in (DYNAMIC, COMPILED_AUTOGRAD)
+        if setting in dimensions
+    ]
+    return found
+
+
+def strategy_set(inners: Sequence[str], dimensions: frozenset[str] = frozenset()) -> list[Strategy]:
+    """What ``compare --fuzz`` runs: eager, the ceiling, then stock, the backend and compile_function per inner."""
+    found = [eager(), *ceiling_strategies(dimensions)]
+    for inner in inners:
+        found += fuzz_strategies(inner, dimensions)[1:]
     return found
 
 
@@ -295,6 +322,7 @@ class StrategyResult:
     outcome: Outcome
     fallbacks: list[str]
     seconds: float
+    forward_runs: bool = True  # the first call's forward returned (eager's: the program is in the gap's count)
 
     @property
     def category(self) -> str:
@@ -417,7 +445,10 @@ def fuzz(
         runs = {s.label: run_program(program, s) for s in applicable}
         row = {
             s.label: StrategyResult(
-                classify(runs[reference.label], runs[s.label]), runs[s.label].fallbacks, runs[s.label].seconds
+                classify(runs[reference.label], runs[s.label]),
+                runs[s.label].fallbacks,
+                runs[s.label].seconds,
+                not isinstance(runs[s.label].observations.get("forward"), Raised),
             )
             for s in applicable
         }
@@ -466,6 +497,7 @@ COLUMNS = (
     "wrong_where_stock_matches",
     "crash_where_stock_runs",
     "wrong_on_a_probe",
+    "below_the_ceiling",  # diagnostics: differs from eager where the ceiling under the same setting matches
 )
 
 
@@ -486,8 +518,34 @@ def summary(results: FuzzResults) -> dict[str, dict[str, int]]:
         counts["wrong_where_stock_matches"] = len(wrong.get((label, WRONG_WHERE_STOCK_MATCHES), ()))
         counts["crash_where_stock_runs"] = len(wrong.get((label, CRASH_WHERE_STOCK_RUNS), ()))
         counts["wrong_on_a_probe"] = len(wrong.get((label, WRONG_ON_A_PROBE), ()))
+        ceiling = ceiling_label_for(label, results.labels) if is_prototype_label(label) else None
+        counts["below_the_ceiling"] = sum(
+            ceiling is not None and is_below_the_ceiling(gap_result(row.get(label)), gap_result(row.get(ceiling)))
+            for _, row in results.programs
+        )
         table[label] = counts
     return table
+
+
+def is_prototype_label(label: str) -> bool:
+    return label.startswith("prototype")
+
+
+def gap_result(r: StrategyResult | None) -> Result | None:
+    if r is None:
+        return None
+    return Result(r.outcome.kind, r.outcome.probe, tuple(dict.fromkeys(r.fallbacks)))
+
+
+def fuzz_gaps(results: FuzzResults) -> list[Gap]:
+    """The gap to the ceiling per entry point, over the programs whose eager forward runs (ceiling.py)."""
+    eager_label = results.labels[0]
+    records = [
+        {label: gap_result(r) for label, r in row.items() if label != eager_label}
+        for _, row in results.programs
+        if row[eager_label].forward_runs
+    ]
+    return gaps(records, results.labels)
 
 
 def markdown(results: FuzzResults) -> str:
@@ -504,7 +562,8 @@ def markdown(results: FuzzResults) -> str:
         "`wrong_where_stock_matches`: the strategy diverges or crashes on a program where stock matches eager; "
         "`crash_where_stock_runs`: it crashes where stock does not (stock may diverge); these two are issue 9's "
         "invariant. `wrong_on_a_probe` (diagnostics): on the other programs, some probe where the strategy differs "
-        "from eager while stock does not.",
+        "from eager while stock does not. `below_the_ceiling` (diagnostics): the strategy differs from eager where "
+        'the ceiling (`dynamo_eager`, Dynamo with `backend="eager"`) under the same setting matches.',
         "",
         dimensions_paragraph(results.dimensions),
         "",
@@ -512,6 +571,8 @@ def markdown(results: FuzzResults) -> str:
         "|---|" + "---:|" * len(COLUMNS),
     ]
     lines += table_lines(summary(results), (r.fallbacks for _, row in results.programs for r in row.values()))
+    if gap := gap_markdown(fuzz_gaps(results), "programs"):
+        lines += ["", *gap]
     if results.dimensions:
         rules = {(f.program.name, f.label): f.rule for f in results.failures if f.rule != WRONG_ON_A_PROBE}
         records = [
@@ -620,9 +681,25 @@ def failure_markdown(f: Failure) -> list[str]:
 def write_csv(results: FuzzResults, path: Path) -> None:
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["seed", "program", "strategy", "category", "outcome", "probe", "fallback", "seconds"])
+        writer.writerow(
+            [
+                "seed",
+                "program",
+                "strategy",
+                "category",
+                "outcome",
+                "probe",
+                "fallback",
+                "seconds",
+                "eager_forward_runs",
+                "below_the_ceiling",
+            ]
+        )
         for program, row in results.programs:
+            eager_runs = row[results.labels[0]].forward_runs
             for label, r in row.items():
+                ceiling = ceiling_label_for(label, row) if is_prototype_label(label) else None
+                below = ceiling is not None and is_below_the_ceiling(gap_result(r), gap_result(row.get(ceiling)))
                 writer.writerow(
                     [
                         results.seed,
@@ -633,6 +710,8 @@ def write_csv(results: FuzzResults, path: Path) -> None:
                         r.outcome.probe or "",
                         "; ".join(dict.fromkeys(r.fallbacks)),
                         f"{r.seconds:.3f}",
+                        int(eager_runs),
+                        int(below),
                     ]
                 )
 
@@ -648,9 +727,7 @@ def text_table(results: FuzzResults) -> str:
 def run_fuzz_section(args: argparse.Namespace, out_dir: Path) -> str:
     """What ``compare --fuzz N`` runs: print the table and shrunk failures, write fuzz.md and fuzz.csv."""
     dimensions = getattr(args, "fuzz_dimensions", frozenset())
-    strategies = [eager()]
-    for inner in args.inners:
-        strategies += fuzz_strategies(inner, dimensions)[1:]
+    strategies = strategy_set(args.inners, dimensions)
     print(
         f"fuzz: {args.fuzz} programs (seed {args.seed}, dimensions {dimensions_text(dimensions)}) x "
         f"{len(strategies)} strategies",
@@ -670,5 +747,7 @@ def run_fuzz_section(args: argparse.Namespace, out_dir: Path) -> str:
     (out_dir / "fuzz.md").write_text(text)
     write_csv(results, out_dir / "fuzz.csv")
     print(text_table(results))
+    if found := fuzz_gaps(results):
+        print(f"\nGap to the ceiling (programs whose eager forward runs)\n\n{gap_text(found)}")
     print(f"fuzz: {results.seconds:.0f} s; wrote {out_dir / 'fuzz.md'} and {out_dir / 'fuzz.csv'}")
     return text

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .ceiling import Gap, Result, ceiling_label_for, gap_markdown, gaps, is_below_the_ceiling
 from .fuzz import (
     COLUMNS,
     CRASH_WHERE_STOCK_RUNS,
@@ -31,23 +32,22 @@ from .fuzz import (
     failure_markdown,
     features_table,
     fuzz,
-    fuzz_strategies,
+    gap_result,
+    is_prototype_label,
     program_features,
+    strategy_set,
     table_lines,
     violated_rule,
 )
 from .fuzz_program import dimensions_text, generate, parse_dimensions
 from .report import stock_version_line
-from .strategies import Strategy, eager
+from .strategies import Strategy
 
 CHUNK = 25
 
 
 def strategies_for(inners: Sequence[str], dimensions: frozenset[str] = frozenset()) -> list[Strategy]:
-    found = [eager()]
-    for inner in inners:
-        found += fuzz_strategies(inner, dimensions)[1:]
-    return found
+    return strategy_set(inners, dimensions)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -60,6 +60,7 @@ def _row(program_name: str, seed: int, index: int, results: Any) -> dict[str, An
     labels = results.labels
     out: dict[str, Any] = {"seed": seed, "index": index, "name": program_name, "strategies": {}}
     out["features"] = program_features(program) if results.dimensions else []
+    out["eager_forward_runs"] = row[labels[0]].forward_runs
     for label in labels[1:]:
         r = row.get(label)
         if r is None:  # a strategy setting this program does not run under
@@ -70,12 +71,14 @@ def _row(program_name: str, seed: int, index: int, results: Any) -> dict[str, An
             rule = violated_rule(r.outcome, row[stock].outcome)
         if rule is None:  # the diagnostic rule, which fuzz() found comparing the runs probe by probe
             rule = next((f.rule for f in results.failures if f.label == label), None)
+        ceiling = ceiling_label_for(label, row) if is_prototype_label(label) else None
         out["strategies"][label] = {
             "category": r.category,
             "kind": r.outcome.kind,
             "probe": r.outcome.probe,
             "fallbacks": list(dict.fromkeys(r.fallbacks)),
             "rule": rule,
+            "below_ceiling": ceiling is not None and is_below_the_ceiling(gap_result(r), gap_result(row.get(ceiling))),
         }
     return out
 
@@ -128,6 +131,7 @@ def _attribute_crash(
     """Run one program once per strategy, each in its own process: the strategies whose process dies crash."""
     program = generate(seed, index, parse_dimensions(dimensions))
     per_label: dict[str, Any] = {}
+    eager_forward_runs: bool | None = None  # from eager's run beside each strategy; None if every process died
     for label in labels[1:]:
         setting = label[label.index("[") + 1 : -1].partition(",")[2]
         if setting and setting not in program.settings:
@@ -141,6 +145,7 @@ def _attribute_crash(
         got = _read_rows(rows)
         if done.returncode == 0 and got:
             per_label[label] = got[0]["strategies"][label]
+            eager_forward_runs = got[0].get("eager_forward_runs", eager_forward_runs)
         else:
             per_label[label] = {
                 "category": "crash",
@@ -155,6 +160,8 @@ def _attribute_crash(
             r["rule"] = violated_rule(
                 Outcome(r["kind"], r["probe"]), Outcome(per_label[stock]["kind"], per_label[stock]["probe"])
             )
+        ceiling = ceiling_label_for(label, per_label) if is_prototype_label(label) else None
+        r["below_ceiling"] = ceiling is not None and is_below_the_ceiling(_result(r), _result(per_label.get(ceiling)))
     features = program_features(program) if dimensions != "classic" else []
     return {
         "seed": seed,
@@ -163,6 +170,7 @@ def _attribute_crash(
         "features": features,
         "strategies": per_label,
         "died": True,
+        "eager_forward_runs": eager_forward_runs,
     }
 
 
@@ -245,8 +253,24 @@ def summary(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str
             counts["wrong_where_stock_matches"] += r["rule"] == WRONG_WHERE_STOCK_MATCHES
             counts["crash_where_stock_runs"] += r["rule"] == CRASH_WHERE_STOCK_RUNS
             counts["wrong_on_a_probe"] += r["rule"] == WRONG_ON_A_PROBE
+            counts["below_the_ceiling"] += bool(r.get("below_ceiling"))
         table[label] = counts
     return table
+
+
+def _result(r: dict[str, Any] | None) -> Result | None:
+    return None if r is None else Result(r["kind"], r["probe"], tuple(r["fallbacks"]))
+
+
+def row_gaps(rows: list[dict[str, Any]], labels: list[str]) -> list[Gap]:
+    """The gap to the ceiling per entry point, over the programs whose eager forward runs (ceiling.py). A row
+    without the field (a run from before the ceiling, or one whose every attribution process died) is left out."""
+    records = [
+        {label: result for label, r in row["strategies"].items() if (result := _result(r)) is not None}
+        for row in rows
+        if row.get("eager_forward_runs")
+    ]
+    return gaps(records, labels)
 
 
 def markdown(
@@ -268,7 +292,8 @@ def markdown(
         "them still matched eager. `wrong_where_stock_matches`: the strategy diverges or crashes on a program where "
         "stock matches eager; `crash_where_stock_runs`: it crashes where stock does not (these two are issue 9's "
         "invariant). `wrong_on_a_probe` (diagnostics): on the other programs, some probe where the strategy "
-        "differs from eager while stock does not.",
+        "differs from eager while stock does not. `below_the_ceiling` (diagnostics): the strategy differs from eager "
+        'where the ceiling (`dynamo_eager`, Dynamo with `backend="eager"`) under the same setting matches.',
         "",
         dimensions_paragraph(dimensions),
         "",
@@ -276,6 +301,8 @@ def markdown(
         "|---|" + "---:|" * len(COLUMNS),
     ]
     lines += table_lines(summary(rows, labels), (r["fallbacks"] for row in rows for r in row["strategies"].values()))
+    if gap := gap_markdown(row_gaps(rows, labels), "programs"):
+        lines += ["", *gap]
     if dimensions:
         records = [
             (
@@ -302,8 +329,22 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["seed", "program", "strategy", "category", "outcome", "probe", "rule", "fallback"])
+        writer.writerow(
+            [
+                "seed",
+                "program",
+                "strategy",
+                "category",
+                "outcome",
+                "probe",
+                "rule",
+                "fallback",
+                "eager_forward_runs",
+                "below_the_ceiling",
+            ]
+        )
         for row in rows:
+            eager_runs = row.get("eager_forward_runs")
             for label, r in row["strategies"].items():
                 writer.writerow(
                     [
@@ -315,6 +356,8 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
                         r["probe"] or "",
                         r["rule"] or "",
                         "; ".join(r["fallbacks"]),
+                        "" if eager_runs is None else int(eager_runs),
+                        int(bool(r.get("below_ceiling"))),
                     ]
                 )
 

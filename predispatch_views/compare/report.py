@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from .ceiling import Gap, Result, gap_markdown, gap_text, gaps
 from .parity_results import CaseRun, Divergence, ParityResults
 from .probes import PROBES, Raised, describe, first_difference
 
@@ -60,6 +61,29 @@ def summarize(results: ParityResults) -> list[Summary]:
             )
         )
     return out
+
+
+def _result(reference: CaseRun, r: CaseRun) -> Result:
+    first = next((probe for probe, d in r.divergences.items() if d is not None), None)
+    kind = "match" if first is None else "divergence"
+    raised = first is not None and isinstance(r.observations.get(first), Raised)
+    if raised and not isinstance(reference.observations.get(first), Raised):
+        kind = "crash"
+    return Result(kind, first, tuple(dict.fromkeys(reason for _, reason in r.fallbacks)))
+
+
+def parity_gaps(results: ParityResults) -> list[Gap]:
+    """Per entry point, the gap to the ceiling over the cases whose eager forward runs (ceiling.py)."""
+    eager_label = results.strategies[0].label
+    labels = [s.label for s in results.strategies]
+    records = []
+    for c in results.cases:
+        reference = results.run(c.name, eager_label)
+        if reference is None or isinstance(reference.observations.get("forward"), Raised):
+            continue
+        runs = {label: r for label in labels[1:] if (r := results.run(c.name, label)) is not None}
+        records.append({label: _result(reference, r) for label, r in runs.items()})
+    return gaps(records, labels)
 
 
 HEADERS = (
@@ -206,7 +230,9 @@ def text_table(results: ParityResults) -> str:
     per_case = "Per case (probes matched; F: prototype fell back)"
     note = _not_run_note(results)
     table = f"{title}\n\n{_text(HEADERS, _rows(results))}\n\n{note + chr(10) * 2 if note else ''}"
-    return f"{table}{per_case}\n\n{_text(headers, rows)}"
+    found = parity_gaps(results)
+    gap = f"Gap to the ceiling (cases whose eager forward runs)\n\n{gap_text(found)}\n\n" if found else ""
+    return f"{table}{gap}{per_case}\n\n{_text(headers, rows)}"
 
 
 def _same_as_stock(results: ParityResults, r: CaseRun) -> str:
@@ -277,6 +303,8 @@ def markdown(
     ]
     if note := _not_run_note(results):
         parts += [f"**{note.splitlines()[0]}**", "", *note.splitlines()[1:], ""]
+    if gap := gap_markdown(parity_gaps(results), "cases"):
+        parts += [*gap, ""]
     parts += [
         _name_only_note(results),
         "",

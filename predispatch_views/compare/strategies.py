@@ -16,6 +16,10 @@
 - ``prototype``: ``torch.compile(fn, backend=predispatch_views.backend(inner))``.
 - ``prototype_fn``: ``predispatch_views.compile_function(fn, inner)``: the prototype without Dynamo (not in
   ``all_strategies``; the fuzzer uses it).
+- ``dynamo_eager``: the ceiling (issue 22): ``torch.compile(fn, backend="eager")``, Dynamo alone, nothing below it
+  traced or compiled: the most fidelity a design below Dynamo can reach. Its "inner" is Dynamo's backend
+  ``eager`` (label ``dynamo_eager[eager]``), one per table whatever the inners; in ``parity_strategies`` and the
+  fuzzer, not in ``all_strategies`` (the benchmarks).
 
 The patches only matter while Dynamo compiles (on the first call, or a recompile), but they are applied around
 every call so that a recompile under a probe sees them too. Each strategy is checked by its autograd graph on
@@ -37,6 +41,8 @@ from ..backend import backend as prototype_backend
 from ..compile_function import compile_function
 
 INNERS = ("aot_eager", "inductor")
+CEILING = "dynamo_eager"
+CEILING_BACKEND = "eager"  # Dynamo's own backend that runs the captured graph as it is
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,14 @@ def prototype_fn(inner: str) -> Strategy:
     return Strategy("prototype_fn", inner, lambda fn: compile_function(fn, inner))
 
 
+def dynamo_eager() -> Strategy:
+    return Strategy(CEILING, CEILING_BACKEND, lambda fn: _compiled(fn, CEILING_BACKEND, None))
+
+
+def is_ceiling(s: Strategy) -> bool:
+    return s.name == CEILING
+
+
 def all_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
     out = [eager()]
     for inner in inners:
@@ -127,15 +141,17 @@ def all_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
 
 
 def parity_strategies(inners: tuple[str, ...] = INNERS) -> list[Strategy]:
-    """The parity table's strategies: every one above, and compile_function beside the backend (issue 10)."""
+    """The parity table's strategies: every one above, compile_function beside the backend (issue 10), and the
+    ceiling after eager (issue 22)."""
     out = all_strategies(inners)
+    out.insert(1, dynamo_eager())
     for inner in inners:
         out.insert(next(i for i, s in enumerate(out) if s.label == f"prototype[{inner}]") + 1, prototype_fn(inner))
     return out
 
 
 def by_label(label: str) -> Strategy:
-    for s in [*all_strategies(), *(prototype_fn(inner) for inner in INNERS)]:
+    for s in parity_strategies():
         if s.label == label:
             return s
     raise KeyError(label)
