@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 import torch._functorch.config as functorch_config
+import torch.utils._pytree as pytree
 from torch._dispatch.python import enable_python_dispatcher
 from torch._functorch._aot_autograd.functional_utils import (
     from_fun,
@@ -92,12 +93,17 @@ __all__ = [
     "multi_output_view_optimization_disabled",
     "slice_output_regeneration",
     "starts_after_graph_break",
+    "storage_id",
     "to_fun",
     "trace_pre_dispatch",
+    "tree_leaves",
+    "tree_map_only",
     "two_tensor_class",
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
+tree_leaves = pytree.tree_leaves
+tree_map_only = pytree.tree_map_only
 AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 
 # Note [Private APIs per torch release]
@@ -157,6 +163,11 @@ def eval_dropout_is_traced_as_its_input() -> bool:
 
     probe = torch.empty(0)
     return decompositions.dropout(probe, 0.5, False) is probe
+
+
+def storage_id(t: torch.Tensor) -> int:
+    """An id of the storage ``t`` views, equal for every alias of it (fake tensors included)."""
+    return t.untyped_storage()._cdata
 
 
 def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:

@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _torch_internals as ti
 from . import graph_ops
+from .fallbacks import Fallback, FallbackKind
 
 
 def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
@@ -39,7 +40,7 @@ def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> f
         return ti.trace_pre_dispatch(_as_callable(gm), fakes)
 
 
-def capture_limitation(gm: fx.GraphModule) -> str | None:
+def capture_limitation(gm: fx.GraphModule) -> Fallback | None:
     """Something in Dynamo's graph that pre-dispatch tracing would run but not record faithfully.
 
     make_fx records grad-mode and autocast changes as nodes, but an inference_mode region would silently be
@@ -51,16 +52,23 @@ def capture_limitation(gm: fx.GraphModule) -> str | None:
             continue
         name = getattr(n.target, "__name__", "")
         if name == "_enter_inference_mode":
-            return "an inference_mode region inside the graph (pre-dispatch tracing does not record it)"
+            return Fallback(
+                FallbackKind.INFERENCE_MODE_IN_GRAPH,
+                "an inference_mode region inside the graph (pre-dispatch tracing does not record it)",
+            )
         if n.target is ti.AUTOGRAD_FUNCTION_APPLY:
-            return "a custom autograd.Function (pre-dispatch tracing inlines its forward and drops its backward)"
+            return Fallback(
+                FallbackKind.AUTOGRAD_FUNCTION_IN_GRAPH,
+                "a custom autograd.Function (pre-dispatch tracing inlines its forward and drops its backward)",
+            )
     if inlined := [c.__qualname__ for c in ti.inlined_autograd_functions() if _may_return_an_input(c.forward)]:
         # Eager returns an input the forward gives back as a view of it (``view_as``), even without grad; the
         # inlined graph returns the input itself (fuzzer s52_376, where stock's output was a view for another
         # reason and matched).
-        return (
+        return Fallback(
+            FallbackKind.INLINED_AUTOGRAD_FUNCTION,
             f"Dynamo inlined the forward of autograd.Function {', '.join(inlined)} (no input requires grad): an "
-            "input it returns would be the input itself, where eager's is a view of it"
+            "input it returns would be the input itself, where eager's is a view of it",
         )
     return None
 
@@ -156,9 +164,9 @@ def capture_function(
 class UnsupportedCapture(Exception):
     """The function does something a pre-dispatch trace would silently drop; ``reason`` says what."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, fallback: Fallback) -> None:
+        super().__init__(fallback.reason)
+        self.fallback = fallback
 
 
 @dataclass
@@ -205,10 +213,7 @@ def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[to
         # Fake random ops draw nothing, so the real generator moved only because the function set it
         # (``torch.manual_seed``, ``set_rng_state``): the trace records no such call (OpInfo's wrapper_set_seed).
         torch.set_rng_state(rng_state)
-        raise UnsupportedCapture(
-            "the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does "
-            "not record it"
-        )
+        raise UnsupportedCapture(_SETS_RNG)
     lifted = _lift_constants(gm, watch.real_of)
     return FunctionCapture(gm, fake_mode, fakes, lifted)
 
@@ -286,11 +291,14 @@ class _CaptureWatch(TorchFunctionMode):
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        reason = _unrecordable(func, args, kwargs)
-        if reason is None and torch.is_inference_mode_enabled() != self.inference_mode:
-            reason = "an inference_mode region inside the function is not recorded by the trace"
-        if reason is not None:
-            raise UnsupportedCapture(reason)
+        unrecordable = _unrecordable(func, args, kwargs)
+        if unrecordable is None and torch.is_inference_mode_enabled() != self.inference_mode:
+            unrecordable = Fallback(
+                FallbackKind.INFERENCE_MODE_IN_FUNCTION,
+                "an inference_mode region inside the function is not recorded by the trace",
+            )
+        if unrecordable is not None:
+            raise UnsupportedCapture(unrecordable)
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
         return func(*args, **kwargs)
 
@@ -299,19 +307,21 @@ _BACKWARD_CALLS = {torch.autograd.grad, torch.autograd.backward, torch.Tensor.ba
 _HOOK_CALLS = {torch.Tensor.register_hook, torch.Tensor.retain_grad, torch.Tensor.register_post_accumulate_grad_hook}
 
 
-def _unrecordable(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+def _unrecordable(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Fallback | None:
     name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
     if func in _BACKWARD_CALLS:
-        return f"a backward pass inside the function ({name}) is not recorded by the trace"
+        message = f"a backward pass inside the function ({name}) is not recorded by the trace"
+        return Fallback(FallbackKind.BACKWARD_IN_FUNCTION, message)
     if func in _HOOK_CALLS:
-        return f"{name} inside the function: hooks on traced tensors are lost"
+        return Fallback(FallbackKind.HOOKS_IN_FUNCTION, f"{name} inside the function: hooks on traced tensors are lost")
     wanted = None
     if func is torch.Tensor.requires_grad_:
         wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
     elif func == _REQUIRES_GRAD_SETTER:  # a new method-wrapper object on every access: compare by ==
         wanted = args[1]
     if wanted is not None and isinstance(args[0], torch.Tensor) and bool(wanted) != args[0].requires_grad:
-        return f"requires_grad_({bool(wanted)}) inside the function is not recorded by the trace"
+        message = f"requires_grad_({bool(wanted)}) inside the function is not recorded by the trace"
+        return Fallback(FallbackKind.REQUIRES_GRAD_IN_FUNCTION, message)
     return None
 
 
@@ -358,13 +368,17 @@ _RNG_SETTERS = [
 ]
 
 
+_SETS_RNG = Fallback(
+    FallbackKind.SETS_RNG,
+    "the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not "
+    "record it",
+)
+
+
 def _refusing_rng_setter(original: Callable[..., Any]) -> Callable[..., Any]:
     def setter(*args: Any, **kwargs: Any) -> Any:
         if getattr(_refusing, "active", False):
-            raise UnsupportedCapture(
-                "the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace "
-                "does not record it"
-            )
+            raise UnsupportedCapture(_SETS_RNG)
         return original(*args, **kwargs)
 
     setter.original = original  # type: ignore[attr-defined]
@@ -374,9 +388,10 @@ def _refusing_rng_setter(original: Callable[..., Any]) -> Callable[..., Any]:
 def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignore[type-arg]
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
         if getattr(_refusing, "active", False):
-            raise UnsupportedCapture(
+            message = (
                 f"custom autograd.Function {cls.__qualname__}: the trace would inline its forward and drop its backward"
             )
+            raise UnsupportedCapture(Fallback(FallbackKind.AUTOGRAD_FUNCTION_IN_FUNCTION, message))
         return original.__get__(None, cls)(*args, **kwargs)
 
     apply.original = original  # type: ignore[attr-defined]

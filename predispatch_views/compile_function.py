@@ -45,8 +45,10 @@ from torch import fx, nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _torch_internals as ti
-from . import analysis, graph_ops
+from . import graph_ops
 from .capture import FunctionCapture, UnsupportedCapture, capture_closure, written_inputs
+from .fallbacks import Fallback, FallbackKind
+from .graph_meta import graph_meta
 from .labels import LABEL_KEY, function_label
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured, input_alias_groups
 from .runtime import restricted_view_aliasing
@@ -178,21 +180,24 @@ def _compile(
 
     tensors = [flat[i] for i in tensor_positions]
     if layouts := sorted({str(t.layout) for t in tensors if t.layout != torch.strided}):
-        return _eager(fn, f"an input of layout {', '.join(layouts)}: the capture traces strided tensors", strict, None)
+        message = f"an input of layout {', '.join(layouts)}: the capture traces strided tensors"
+        return _eager(fn, Fallback(FallbackKind.NON_STRIDED_INPUT, message), strict, None)
     state = _module_state(owners)
     try:
         capture = capture_closure(flat_fn, tensors)
     except UnsupportedCapture as e:
-        return _eager(fn, e.reason, strict, None)
+        return _eager(fn, e.fallback, strict, None)
     except Exception as e:  # the program cannot be traced: eager raises its own error, or runs
-        return _eager(fn, f"the pre-dispatch capture failed: {type(e).__name__}: {e}", strict, e)
+        message = f"the pre-dispatch capture failed: {type(e).__name__}: {e}"
+        return _eager(fn, Fallback(FallbackKind.CAPTURE_FAILED, message), strict, e)
     finally:
         rebound = _restore_module_state(owners, state)
     if rebound:
-        return _eager(fn, f"the function rebinds {rebound} (a traced value would be kept)", strict, None)
+        message = f"the function rebinds {rebound} (a traced value would be kept)"
+        return _eager(fn, Fallback(FallbackKind.REBINDS_MODULE_STATE, message), strict, None)
 
-    if (reason := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
-        return _eager(fn, reason, strict, None)
+    if (mutation := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
+        return _eager(fn, mutation, strict, None)
 
     entry = _Entry(out_spec=out_specs[0])
     entry.lifted = [_getter(t, owners, state) for t in capture.lifted]
@@ -202,30 +207,32 @@ def _compile(
     example = [(tensors + capture.lifted)[i] for i in entry.used]
     capture.graph.meta[LABEL_KEY] = function_label(fn)
     if (k := restricted_view_aliasing(example, written_inputs(capture.graph))) is not None:
-        reason = (
+        restricted = Fallback(
+            FallbackKind.RESTRICTED_VIEW_WRITTEN_IN_FUNCTION,
             f"input {entry.used[k]} is a view autograd forbids rebasing, and the function writes an alias of it (Note "
-            "[A restricted view aliased by a write] in runtime.py)"
+            "[A restricted view aliased by a write] in runtime.py)",
         )
-        return _eager(fn, reason, strict, None)
+        return _eager(fn, restricted, strict, None)
     try:
         entry.program = compile_captured(capture.graph, example, inner, strict=strict, stock_fallback=False)
     except StrictModeError:
         raise
     except Exception as e:
-        return _eager(fn, f"compiling the captured graph failed: {type(e).__name__}: {e}", strict, e)
-    if entry.program.fallback_reason is not None:
-        return _eager(fn, entry.program.fallback_reason, strict, None)
+        message = f"compiling the captured graph failed: {type(e).__name__}: {e}"
+        return _eager(fn, Fallback(FallbackKind.CAPTURED_GRAPH_COMPILE_FAILED, message), strict, e)
+    if entry.program.fallback is not None:
+        return _eager(fn, entry.program.fallback, strict, None)
     return entry
 
 
-def _eager(fn: Callable[..., Any], reason: str, strict: bool, error: Exception | None) -> _Entry:
+def _eager(fn: Callable[..., Any], fallback: Fallback, strict: bool, error: Exception | None) -> _Entry:
     if strict:
         if error is not None:
             raise error
-        raise StrictModeError(reason)
-    log.info("compile_function runs the function eagerly: %s", reason)
-    FALLBACKS.append((function_label(fn), reason))
-    return _Entry(eager_reason=reason)
+        raise StrictModeError(fallback.reason)
+    log.info("compile_function runs the function eagerly: %s", fallback.reason)
+    FALLBACKS.append((function_label(fn), fallback.reason))
+    return _Entry(eager_reason=fallback.reason)
 
 
 def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source]:
@@ -256,7 +263,7 @@ def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source
     return sources
 
 
-def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) -> str | None:
+def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) -> Fallback | None:
     """Why a metadata mutation (``x.t_()``, ``x.unsqueeze_(1)``) of an input makes the function run eagerly, as
     Dynamo breaks the graph at the same call. AOTAutograd applies an input's final metadata after the compiled
     region with one ``as_strided_``, or nothing where it ends as it was, so eager's version bumps, which the input
@@ -268,17 +275,22 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
     - on a view of an input, when a later differentiable op may save that input: the saved input is at a newer
       version than it saved, a backward error eager does not raise (found by the fuzzer).
     """
-    nodes = list(gm.graph.nodes)
-    root = analysis._alias_roots(nodes, input_alias_groups(example))
-    requires_grad = analysis._requires_grad(nodes, torch.is_grad_enabled(), [t.requires_grad for t in example])
+    meta = graph_meta(
+        gm,
+        grad_enabled=torch.is_grad_enabled(),
+        input_alias_groups=input_alias_groups(example),
+        input_requires_grad=[t.requires_grad for t in example],
+    )
+    nodes, root, requires_grad = meta.nodes, meta.root, meta.requires_grad
     mutated: dict[fx.Node, fx.Node] = {}  # input root -> its first metadata mutation
     for n in nodes:
         if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n):
             if (target := _returned_input(n)) is not None:
-                return (
+                return Fallback(
+                    FallbackKind.INPUT_METADATA_MUTATION,
                     f"an input's own metadata mutation ({graph_ops.op_name(n)} of {target}): Dynamo breaks the "
                     "graph there, and AOTAutograd would apply it after the compiled region in one step (or not "
-                    "at all), not with eager's version bumps"
+                    "at all), not with eager's version bumps",
                 )
             base = root.get(graph_ops.mutated_input(n))  # type: ignore[arg-type]
             if base is not None and base.op == "placeholder":
@@ -290,7 +302,8 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
         ):
             m = next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
             what = f"{graph_ops.op_name(m)} of {graph_ops.mutated_input(m)}"
-            return f"a metadata mutation of an input ({what}) inside the function"
+            message = f"a metadata mutation of an input ({what}) inside the function"
+            return Fallback(FallbackKind.INPUT_METADATA_MUTATION_IN_FUNCTION, message)
     return None
 
 

@@ -9,6 +9,7 @@ code can log (a ``Fallback(...)``, a returned or assigned reason string, a ``_fa
 
 from __future__ import annotations
 
+import enum
 import re
 import sys
 from dataclasses import dataclass
@@ -24,16 +25,19 @@ class FallbackReason:
     marker: str  # a literal piece of the message, as written in that source
 
 
-FALLBACK_REASONS: tuple[FallbackReason, ...] = (
-    FallbackReason(
+class FallbackKind(enum.Enum):
+    """Why a program falls back: each member's value is its entry in the docs' lists."""
+
+    STORAGE_CHANGE = FallbackReason(
         "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage change)",
         "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
         "functionalization cannot express a storage swap, and a replayed view would see a different storage than "
         "eager's.",
-        "analysis.py",
+        "fallback_rules.py",
         "changes a tensor's storage",
-    ),
-    FallbackReason(
+    )
+
+    READ_AFTER_UNRECOMPUTABLE_MUTATION = FallbackReason(
         "compiled code that reads a base after a mutation that must be replayed in eager and that the core cannot "
         "recompute out of place (a write through a view, or under no_grad)",
         "`<node> reads <alias> after <mutation> mutated its base (through a view, or under no_grad), and that "
@@ -42,41 +46,46 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
         "recompute (it would need a scatter), and an out-of-place form of a no_grad write would lose its target's "
         "autograd history. Fixable by cutting the program into several core/epilogue segments (not done).",
-        "analysis.py",
+        "fallback_rules.py",
         "mutated its base (through a view, or under",
-    ),
-    FallbackReason(
+    )
+
+    READ_OF_ALIAS_TAKEN_BEFORE_MUTATION = FallbackReason(
         "compiled code that reads an alias taken before a mutation replayed in eager",
         "`<node> reads <alias>, an alias taken before <mutation> mutated its base`",
         "the core's copy of that alias would miss the mutation the epilogue replays later.",
-        "analysis.py",
+        "fallback_rules.py",
         "an alias taken before",
-    ),
-    FallbackReason(
+    )
+
+    REPLAYED_COPY_BEFORE_CORE_WRITE = FallbackReason(
         "a write replayed in eager that copies values whose base the compiled code writes afterwards",
         "`<node> reads <value>, whose base <mutation> of the compiled region writes afterwards`",
         "the epilogue runs after the whole core, so it would copy the values the core's later write left "
         "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`).",
-        "analysis.py",
+        "fallback_rules.py",
         "of the compiled region writes afterwards",
-    ),
-    FallbackReason(
+    )
+
+    CORE_READS_REPLAYED_MUTATION = FallbackReason(
         "compiled code that reads a value produced by a mutation replayed in eager",
         "`the compiled region reads <node>, produced by a mutation replayed in eager`",
         "the same ordering problem for a value derived from such a mutation.",
-        "analysis.py",
+        "fallback_rules.py",
         "produced by a mutation replayed in eager",
-    ),
-    FallbackReason(
+    )
+
+    RANDOM_MUTATION_AFTER_VIEWS = FallbackReason(
         "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken",
         "`<node> (<op>) draws random numbers after a view is taken; replayed after the compiled region it would "
         "draw again, in another order`",
         "replayed, it draws after every random op of the core instead of between them, and a core reader "
         "recomputing it out of place would draw twice.",
-        "analysis.py",
+        "fallback_rules.py",
         "draws random numbers after a view is taken",
-    ),
-    FallbackReason(
+    )
+
+    WRITE_TO_A_BASE_THE_CORE_MAY_SAVE = FallbackReason(
         "a write to a base after its views are taken, when a differentiable op of the compiled region may save "
         "that base for backward",
         "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) "
@@ -84,22 +93,23 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
         "bump the version of a tensor the compiled backward checks, an error eager does not raise (or, when the "
         "op that made the base saves its result, raises with a message that cannot name eager's node).",
-        "analysis.py",
+        "fallback_rules.py",
         "of the compiled region may save it",
-    ),
-    FallbackReason(
-        "a compiled op, run with grad mode on, that reads a view taken under no_grad of a tensor that requires "
-        "grad",
+    )
+
+    NO_GRAD_VIEW_READ_WITH_GRAD = FallbackReason(
+        "a compiled op, run with grad mode on, that reads a view taken under no_grad of a tensor that requires grad",
         "`<node> (<op>) reads <view>, taken under no_grad from a tensor that requires grad: eager's result takes "
         "requires_grad (from an op that returns its input, gradients too) from that tensor, the compiled "
         "region's would not`",
         "eager's view inherits requires_grad from its base (and an op that returns its input under no_grad is "
         "the input itself); the compiled region computes the no_grad region below autograd. Note [A view taken "
         "under no_grad keeps its base's requires_grad] in analysis.py.",
-        "analysis.py",
+        "fallback_rules.py",
         "from that tensor, the compiled region's",
-    ),
-    FallbackReason(
+    )
+
+    NO_GRAD_VIEW_AT_GRAPH_BREAK = FallbackReason(
         "a graph that ends at a graph break and returns a view taken under no_grad of a tensor that requires grad",
         "`output <k> (<view>) is a view taken under no_grad from a tensor that requires grad, and the graph ends "
         "at a graph break: Dynamo would crash wrapping it for the next graph if its base is written in place in "
@@ -107,10 +117,11 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf "
         "when it wraps the view as an input of the next graph (fake_tensor.from_real_tensor), a crash where eager "
         "runs; stock returns a view autograd allows. Same Note.",
-        "analysis.py",
+        "fallback_rules.py",
         "the graph ends at a graph break",
-    ),
-    FallbackReason(
+    )
+
+    MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK = FallbackReason(
         "a graph that ends at a graph break and returns a replayed view from a multi-output view call",
         "`output <k> (<view>) is a view from a multi-output view call, returned by a graph that stops at a graph "
         "break: Dynamo would crash wrapping it for the next graph if the code between the graphs wrote its base "
@@ -120,10 +131,11 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "crash inside the call where eager raises only if the caller reads grad_fn (fuzzer s41_47: `c.t_()` after "
         "`c.split(...)`); stock returns no view. Only where the code between the graphs can reach the base: an "
         "input, or another output that is no multi-output view.",
-        "analysis.py",
+        "fallback_rules.py",
         "is a view from a multi-output view call, returned by a graph that stops",
-    ),
-    FallbackReason(
+    )
+
+    NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK = FallbackReason(
         "a graph Dynamo resumed after a graph break that returns a view taken under no_grad of one of its inputs",
         "`output <k> (<view>) is a view taken under no_grad of input <input>, which requires grad, in a graph "
         "Dynamo resumed after a graph break: where the graph before fell back, that input is stock's view, which "
@@ -131,10 +143,11 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "each graph is compiled alone: when the graph before the break fell back (the rule above), the input is "
         "stock's view, and a faithful no_grad view of it raises on grad_fn after a write stock's answers (fuzzer "
         "s31_447). Same Note.",
-        "analysis.py",
+        "fallback_rules.py",
         "in a graph Dynamo resumed after a graph break",
-    ),
-    FallbackReason(
+    )
+
+    CORE_WRITES_THROUGH_A_VIEW = FallbackReason(
         "a base the epilogue views, or a value returned as it is, that the compiled region writes through a view "
         "covering all of it",
         "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views it` (or `and "
@@ -143,47 +156,52 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "(fuzzer s53_155, `t0.unsqueeze(0).normal_(); return t0`), and for a base the epilogue views, one made "
         "inside its autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), so eager's in-place writes to the "
         "replayed views would be refused (found by the fuzzer).",
-        "analysis.py",
+        "fallback_rules.py",
         "AOTAutograd would return it as an alias of its own base",
-    ),
-    FallbackReason(
+    )
+
+    UNREPRODUCED_OUTPUT_ALIAS = FallbackReason(
         "an output that aliases an input or another output in the trace but that no replayable view call produces",
         "`output <k> (<node>, <op>) aliases <input or output> in the trace, but no view call the epilogue can "
         "replay produces it`",
         "computed by the core, it would come back as AOTAutograd regenerates it, not as eager made it (the plan "
         "check of Note [The invariant] in pipeline.py).",
-        "analysis.py",
+        "fallback_rules.py",
         "the epilogue can replay produces it",
-    ),
-    FallbackReason(
+    )
+
+    VIEW_FN_WRITE_UNDER_COMPILED_AUTOGRAD = FallbackReason(
         "a write replayed in eager through a `view_as_real`, `view_as_complex` or `conj` view, with compiled "
         "autograd on",
         "`<mutation> writes through <view> (<op>), whose eager autograd node replays views through a view_fn, "
         "which compiled autograd (on) rejects`",
         "eager's `CopySlices` for such a view replays the view chain through a view_fn, which torch 2.13's "
         "compiled autograd rejects; stock's graph has no such node (test_autograd.py's "
-        "test_autograd_inplace_views_cross_dtype run dynamo-wrapped). Dynamo with `backend=\"eager\"` fails the "
+        'test_autograd_inplace_views_cross_dtype run dynamo-wrapped). Dynamo with `backend="eager"` fails the '
         "same way.",
-        "analysis.py",
+        "fallback_rules.py",
         "which compiled autograd (on) rejects",
-    ),
-    FallbackReason(
+    )
+
+    INFERENCE_MODE_IN_GRAPH = FallbackReason(
         "an `inference_mode` region inside a Dynamo graph",
         "`an inference_mode region inside the graph` (Dynamo path)",
         "pre-dispatch tracing runs `_enter_inference_mode` but does not record it, so the core would compute the "
         "region with autograd on.",
         "capture.py",
         "an inference_mode region inside the graph",
-    ),
-    FallbackReason(
+    )
+
+    AUTOGRAD_FUNCTION_IN_GRAPH = FallbackReason(
         "a custom `autograd.Function` inside a Dynamo graph",
         "`a custom autograd.Function` (Dynamo path)",
         "pre-dispatch tracing inlines its forward and drops its backward, so the core would differentiate the "
         "forward instead of calling the user's backward.",
         "capture.py",
         "a custom autograd.Function (pre-dispatch tracing inlines",
-    ),
-    FallbackReason(
+    )
+
+    INLINED_AUTOGRAD_FUNCTION = FallbackReason(
         "a custom `autograd.Function` whose forward Dynamo inlined (no input required grad)",
         "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns "
         "would be the input itself, where eager's is a view of it`",
@@ -193,54 +211,61 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "`TracingContext.get_traced_code()`.",
         "capture.py",
         "Dynamo inlined the forward of autograd.Function",
-    ),
-    FallbackReason(
+    )
+
+    CAPTURE_FAILED = FallbackReason(
         "a program the pre-dispatch capture cannot trace (compile_function then runs it eagerly)",
         "`pre-dispatch capture failed: ...`",
         "the graph cannot be traced at the pre-dispatch level (an op or a Dynamo construct the tracer does not "
         "support).",
         "pipeline.py",
         "pre-dispatch capture failed",
-    ),
-    FallbackReason(
+    )
+
+    CORE_COMPILE_FAILED = FallbackReason(
         "a core the inner backend fails to compile",
         "`compiling the core raised ...`",
         "the core is not the user's program: it returns bases the program only viewed (perhaps under `no_grad`), "
         "so AOTAutograd can trace a backward the program never asks for; stock decides.",
         "pipeline.py",
         "compiling the core raised",
-    ),
-    FallbackReason(
+    )
+
+    AUTOGRAD_FUNCTION_IN_FUNCTION = FallbackReason(
         "compile_function only (it runs the function eagerly): a custom `autograd.Function` in the function",
         "`custom autograd.Function <name>: the trace would inline its forward and drop its backward`",
         "make_fx traces through `Function.apply`; there is no Dynamo graph with the `autograd_function_apply` "
         "higher-order op to hand stock, so eager is the faithful answer.",
         "capture.py",
         "the trace would inline its forward and drop its backward",
-    ),
-    FallbackReason(
+    )
+
+    REQUIRES_GRAD_IN_FUNCTION = FallbackReason(
         "compile_function only: `requires_grad_` on a traced tensor inside the function",
         "`requires_grad_(<flag>) inside the function is not recorded by the trace`",
         "the trace runs it on a fake tensor and records nothing, so the real input would keep its flag.",
         "capture.py",
         "requires_grad_(",
-    ),
-    FallbackReason(
+    )
+
+    BACKWARD_IN_FUNCTION = FallbackReason(
         "compile_function only: a backward pass (`backward`, `autograd.grad`) inside the function",
         "`a backward pass inside the function (<call>) is not recorded by the trace`",
         "make_fx cannot record a backward pass of the traced program as part of its forward.",
         "capture.py",
         "a backward pass inside the function",
-    ),
-    FallbackReason(
+    )
+
+    NON_STRIDED_INPUT = FallbackReason(
         "compile_function only: a sparse (not strided) tensor input",
         "`an input of layout <layout>: the capture traces strided tensors`",
         "the capture fakifies strided tensors and keys its cache on storages and strides, which sparse layouts "
         "lack (OpInfo's sparse.sampled_addmm); Dynamo breaks the graph on such inputs instead.",
         "compile_function.py",
         "the capture traces strided tensors",
-    ),
-    FallbackReason(
+    )
+
+    SETS_RNG = FallbackReason(
         "compile_function only: setting the random number generator (`torch.manual_seed`, `set_rng_state`) inside "
         "the function",
         "`the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not "
@@ -249,22 +274,25 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "(OpInfo's `wrapper_set_seed`); Dynamo breaks the graph there instead.",
         "capture.py",
         "sets the random number generator",
-    ),
-    FallbackReason(
+    )
+
+    HOOKS_IN_FUNCTION = FallbackReason(
         "compile_function only: a hook (`register_hook`, `retain_grad`) on a traced tensor",
         "`<call> inside the function: hooks on traced tensors are lost`",
         "hooks registered on fake tensors during the trace never reach the real outputs.",
         "capture.py",
         "hooks on traced tensors are lost",
-    ),
-    FallbackReason(
+    )
+
+    INFERENCE_MODE_IN_FUNCTION = FallbackReason(
         "compile_function only: an `inference_mode` region inside the function",
         "`an inference_mode region inside the function is not recorded by the trace`",
         "as for the Dynamo path: the region would be compiled with autograd on.",
         "capture.py",
         "an inference_mode region inside the function",
-    ),
-    FallbackReason(
+    )
+
+    INPUT_METADATA_MUTATION_IN_FUNCTION = FallbackReason(
         "compile_function only: a metadata mutation (`t_`, `unsqueeze_`...) of a view of an input, before an op that "
         "may save that input",
         "`a metadata mutation of an input (<op> of <input>) inside the function`",
@@ -272,8 +300,9 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "backward after that point; Dynamo graph-breaks at the same call.",
         "compile_function.py",
         "a metadata mutation of an input",
-    ),
-    FallbackReason(
+    )
+
+    INPUT_METADATA_MUTATION = FallbackReason(
         "compile_function only: a metadata mutation of an input itself (not of a view of it)",
         "`an input's own metadata mutation (<op> of <input>): Dynamo breaks the graph there, and AOTAutograd would "
         "apply it after the compiled region in one step (or not at all), not with eager's version bumps`",
@@ -283,22 +312,25 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "gives (s52_634). Under Dynamo the call is a graph break and runs eagerly.",
         "compile_function.py",
         "an input's own metadata mutation",
-    ),
-    FallbackReason(
+    )
+
+    REBINDS_MODULE_STATE = FallbackReason(
         "compile_function only: a function that rebinds a parameter or buffer of its module",
         "`the function rebinds <parameter or buffer> (a traced value would be kept)`",
         "the trace would store a fake value where the module keeps its state.",
         "compile_function.py",
         "the function rebinds",
-    ),
-    FallbackReason(
+    )
+
+    CAPTURED_GRAPH_COMPILE_FAILED = FallbackReason(
         "compile_function only: a captured graph that fails to compile",
         "`compiling the captured graph failed: ...`",
         "eager then runs the function (and raises its own error, if it is wrong in eager).",
         "compile_function.py",
         "compiling the captured graph failed",
-    ),
-    FallbackReason(
+    )
+
+    RESTRICTED_VIEW_WRITTEN = FallbackReason(
         "a graph given a view autograd forbids rebasing (a multi-output or no_grad view) that writes an alias of "
         "it: that call runs the graph uncompiled",
         "`input <k> is a view autograd forbids rebasing, and the graph writes an alias of it: the graph runs "
@@ -308,35 +340,48 @@ FALLBACK_REASONS: tuple[FallbackReason, ...] = (
         "views after a graph break); Note [A restricted view aliased by a write] in runtime.py.",
         "pipeline.py",
         "runs uncompiled for such calls",
-    ),
-    FallbackReason(
+    )
+
+    RESTRICTED_VIEW_WRITTEN_IN_FUNCTION = FallbackReason(
         "compile_function only: the same, for the function's own inputs (it runs eagerly)",
         "`input <k> is a view autograd forbids rebasing, and the function writes an alias of it`",
         "as above; the trace is keyed on which inputs are such views, so other calls still compile.",
         "compile_function.py",
         "the function writes an alias of it",
-    ),
-    FallbackReason(
+    )
+
+    ALIASED_INPUTS_REJECTED = FallbackReason(
         "a graph whose inputs share storage (views an earlier graph returned) that the inner backend fails to "
         "compile: it runs uncompiled",
         "`the inner backend raised <error> on inputs that share storage (the views an earlier graph returned): the "
         "graph runs uncompiled`",
         "stock's first graph returns fresh tensors where the prototype returns eager's views, so only the prototype "
         "hands the next graph aliased inputs; AOTAutograd's synthetic-base path raises on some of them (torch 2.13, "
-        "dynamic shapes; fuzzer s62_92). Uncompiled is Dynamo with `backend=\"eager\"`; Note [Aliased inputs the "
+        'dynamic shapes; fuzzer s62_92). Uncompiled is Dynamo with `backend="eager"`; Note [Aliased inputs the '
         "inner backend rejects] in pipeline.py.",
         "pipeline.py",
         "on inputs that share storage",
-    ),
-    FallbackReason(
+    )
+
+    INTERNAL_ERROR = FallbackReason(
         "an internal error of the pipeline",
         "`internal error in the view-replay pipeline: ...`",
         "any exception in selection, functionalization or slicing: an engine limitation must never break a "
         "program stock compiles.",
         "pipeline.py",
         "internal error in the view-replay pipeline",
-    ),
-)
+    )
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A program (or one call of it) that is not replayed: which kind of reason, and the message logged."""
+
+    kind: FallbackKind
+    reason: str
+
+
+FALLBACK_REASONS: tuple[FallbackReason, ...] = tuple(kind.value for kind in FallbackKind)
 
 
 def render_list() -> str:

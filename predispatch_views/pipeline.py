@@ -36,8 +36,10 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _torch_internals as ti
 from . import graph_ops
-from .analysis import NO_GRAPH_BREAKS, EpilogueSelection, Fallback, GraphBreaks, select_epilogue
+from .analysis import EpilogueSelection, select_epilogue
+from .fallbacks import Fallback, FallbackKind
 from .functionalize import FunctionalizedProgram, functionalize_preserving_views
+from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks
 from .labels import graph_label
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
 from .slicing import SlicedProgram, slice_graph
@@ -67,8 +69,12 @@ class CompiledProgram:
     functionalized: FunctionalizedProgram | None = None
     sliced: SlicedProgram | None = None
     epilogue_source: str | None = None
-    fallback_reason: str | None = None
+    fallback: Fallback | None = None  # why the program is not replayed
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def fallback_reason(self) -> str | None:
+        return self.fallback.reason if self.fallback is not None else None
 
     @property
     def functional(self) -> fx.GraphModule | None:
@@ -117,7 +123,7 @@ def compile_captured(
     """
     inner_fn = resolve_inner(inner)
     result = CompiledProgram(run=_unset, pre_dispatch=pre_dispatch)
-    reason: str | None = None
+    fallback: Fallback | None = None
     grad_enabled = torch.is_grad_enabled()
     requires_grad = [isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs]
     alias_groups = input_alias_groups(example_inputs)
@@ -130,7 +136,7 @@ def compile_captured(
             graph_breaks=graph_breaks,
         )
         if isinstance(selection, Fallback):
-            reason = selection.reason
+            fallback = selection
         else:
             result.selection = selection
             functionalized = functionalize_preserving_views(pre_dispatch, selection)
@@ -140,13 +146,13 @@ def compile_captured(
             differentiable = grad_enabled and any(requires_grad)
             result.sliced = slice_graph(functionalized.executable, alias_groups if differentiable else None)
     except Exception as e:  # an engine limitation must never break a program stock compiles
-        reason = _internal_error(e)
+        fallback = _internal_error(e)
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
         torch._C._set_grad_enabled(grad_enabled)
-    if reason is not None:  # outside the try: stock's own compile errors are the user's, not ours
+    if fallback is not None:  # outside the try: stock's own compile errors are the user's, not ours
         if not stock_fallback:
-            return _no_fall_back(result, reason, strict)
-        return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
+            return _no_fall_back(result, fallback, strict)
+        return _fall_back(result, fallback, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
 
     cores = None
     if compile_core and not result.sliced.core_is_empty:
@@ -156,10 +162,12 @@ def compile_captured(
             torch._C._set_grad_enabled(grad_enabled)
             # The core is not the user's program: it returns bases the program only viewed (perhaps under
             # no_grad), so AOTAutograd can trace a backward the program never asks for. Stock decides.
-            reason = f"compiling the core raised {type(e).__name__}: {_first_line(e)}"
+            fallback = Fallback(
+                FallbackKind.CORE_COMPILE_FAILED, f"compiling the core raised {type(e).__name__}: {_first_line(e)}"
+            )
             if not stock_fallback:
-                return _no_fall_back(result, reason, strict)
-            return _fall_back(result, reason, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
+                return _no_fall_back(result, fallback, strict)
+            return _fall_back(result, fallback, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
     result.run = build_runtime(result.sliced, cores)
     result.epilogue_source = result.run.source
     return result
@@ -218,16 +226,17 @@ def _compile_dynamo_graph_guarded(
     logged: set[int] = set()
 
     def on_use(k: int) -> None:
-        reason = (
+        fallback = Fallback(
+            FallbackKind.RESTRICTED_VIEW_WRITTEN,
             f"input {k} is a view autograd forbids rebasing, and the graph writes an alias of it: the graph "
-            "runs uncompiled for such calls (Note [A restricted view aliased by a write])"
+            "runs uncompiled for such calls (Note [A restricted view aliased by a write])",
         )
         if strict:
-            raise StrictModeError(reason)
+            raise StrictModeError(fallback.reason)
         if k not in logged:
             logged.add(k)
-            log.info("%s [in %s]", reason, graph_label(gm))
-            FALLBACKS.append((graph_label(gm), reason))
+            log.info("%s [in %s]", fallback.reason, graph_label(gm))
+            FALLBACKS.append((graph_label(gm), fallback.reason))
 
     try:
         program.run = uncompiled_when_a_restricted_view_is_written(program.run, gm, written, example_inputs, on_use)
@@ -246,7 +255,7 @@ def _compile_dynamo_graph(
         # boxed list input: no output is a view the user sees, so there is nothing to replay.
         compiled_autograd = ti.compiling_a_compiled_autograd_graph()
         may_return_views = not compiled_autograd and _may_return_views(gm)
-        reason = capture_limitation(gm) if may_return_views else None
+        limitation = capture_limitation(gm) if may_return_views else None
     except Exception as e:
         return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     if not may_return_views:
@@ -255,14 +264,15 @@ def _compile_dynamo_graph(
         program = CompiledProgram(run=_unset, notes=[note])
         program.run = _inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict)
         return program
-    if reason is not None:
-        return _stock_for(gm, example_inputs, inner, reason, strict)
+    if limitation is not None:
+        return _stock_for(gm, example_inputs, inner, limitation, strict)
     try:
         pre_dispatch = capture_graph_module(gm, example_inputs)
     except Exception as e:
         if strict:
             raise
-        return _stock_for(gm, example_inputs, inner, f"pre-dispatch capture failed: {type(e).__name__}: {e}", strict)
+        failed = Fallback(FallbackKind.CAPTURE_FAILED, f"pre-dispatch capture failed: {type(e).__name__}: {e}")
+        return _stock_for(gm, example_inputs, inner, failed, strict)
     return compile_captured(
         pre_dispatch,
         example_inputs,
@@ -274,10 +284,10 @@ def _compile_dynamo_graph(
 
 
 def _stock_for(
-    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, reason: str, strict: bool
+    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, fallback: Fallback, strict: bool
 ) -> CompiledProgram:
-    """Dynamo's graph compiled by stock, with ``reason`` logged (raised under strict)."""
-    return _fall_back(CompiledProgram(run=_unset), reason, gm, example_inputs, resolve_inner(inner), strict)
+    """Dynamo's graph compiled by stock, with the reason logged (raised under strict)."""
+    return _fall_back(CompiledProgram(run=_unset), fallback, gm, example_inputs, resolve_inner(inner), strict)
 
 
 def _may_return_views(gm: fx.GraphModule) -> bool:
@@ -312,18 +322,18 @@ def _target_name(n: fx.Node) -> str:
 
 def _fall_back(
     result: CompiledProgram,
-    reason: str,
+    fallback: Fallback,
     graph: fx.GraphModule,
     example_inputs: Sequence[Any],
     inner_fn: Callable[..., Any],
     strict: bool,
 ) -> CompiledProgram:
     if strict:
-        raise StrictModeError(reason)
+        raise StrictModeError(fallback.reason)
     label = graph_label(graph)
-    log.info("falling back to stock AOTAutograd: %s [in %s]", reason, label)
-    FALLBACKS.append((label, reason))
-    result.fallback_reason = reason
+    log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, label)
+    FALLBACKS.append((label, fallback.reason))
+    result.fallback = fallback
     result.run = _inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
     return result
 
@@ -358,19 +368,21 @@ def _inner_or_uncompiled(
         )
         log.info("%s [in %s]", reason, graph_label(graph))
         FALLBACKS.append((graph_label(graph), reason))
-        result.fallback_reason = reason if result.fallback_reason is None else result.fallback_reason
+        if result.fallback is None:
+            result.fallback = Fallback(FallbackKind.ALIASED_INPUTS_REJECTED, reason)
         return graph.forward
 
 
-def _no_fall_back(result: CompiledProgram, reason: str, strict: bool) -> CompiledProgram:
+def _no_fall_back(result: CompiledProgram, fallback: Fallback, strict: bool) -> CompiledProgram:
     if strict:
-        raise StrictModeError(reason)
-    result.fallback_reason = reason
+        raise StrictModeError(fallback.reason)
+    result.fallback = fallback
     return result
 
 
-def _internal_error(e: BaseException) -> str:
-    return f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
+def _internal_error(e: BaseException) -> Fallback:
+    message = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
+    return Fallback(FallbackKind.INTERNAL_ERROR, message)
 
 
 def _first_line(e: BaseException) -> str:

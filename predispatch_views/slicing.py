@@ -45,8 +45,9 @@ from typing import Literal
 import torch
 from torch import fx
 
-from . import analysis, graph_ops
+from . import graph_ops
 from .functionalize import EPILOGUE_TAG
+from .graph_meta import alias_roots
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     for n in ordered[1:]:
         union(n, ordered[0])
     # An input some node writes (through any alias): its readers, and its aliases' readers, stay together.
-    root = analysis._alias_roots(nodes, input_alias_groups)
+    root = alias_roots(nodes, input_alias_groups)
     written = {group[root[w]] for n in nodes for w in graph_ops.written_args(n) if root.get(w) in group}
     computed = [n for n in nodes if kind[n] in ("op", "ordered")]
     for n in computed:

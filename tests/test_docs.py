@@ -12,7 +12,7 @@ from predispatch_views import fallbacks
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "predispatch_views"
 # The modules whose code produces fallback reasons.
-REASON_MODULES = ("analysis.py", "capture.py", "pipeline.py", "compile_function.py")
+REASON_MODULES = ("fallback_rules.py", "capture.py", "pipeline.py", "compile_function.py")
 
 
 def test_documents_hold_the_generated_fallback_list() -> None:
@@ -37,7 +37,7 @@ def _literal(node: ast.expr) -> str | None:
 
 def _reason_literals(tree: ast.Module) -> list[str]:
     """Messages in the places a reason is made: Fallback(...), _fall_back(...), _stock_for(...),
-    UnsupportedCapture(...) and compile_function's _eager(...) arguments, ``reason = ...``,
+    UnsupportedCapture(...) and compile_function's _eager(...) arguments, ``reason = ...``, ``message = ...``,
     and what a function annotated ``-> str | None`` returns."""
     found = []
     for node in ast.walk(tree):
@@ -50,7 +50,7 @@ def _reason_literals(tree: ast.Module) -> list[str]:
             "_eager",
         ):
             candidates = list(node.args)
-        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "reason" for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("reason", "message") for t in node.targets):
             candidates = [node.value]
         elif isinstance(node, ast.FunctionDef) and node.returns and ast.unparse(node.returns) == "str | None":
             candidates = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
@@ -64,6 +64,28 @@ def test_every_reason_the_code_logs_is_listed() -> None:
     for message in messages:
         matching = [r for r in fallbacks.FALLBACK_REASONS if r.marker in message]
         assert len(matching) == 1, f"{message!r} is not in predispatch_views/fallbacks.py (or is ambiguous)"
+
+
+def _fallback_kinds_made(tree: ast.Module) -> list[str | None]:
+    """The kind each ``Fallback(...)`` call names: ``FallbackKind.NAME`` -> NAME, anything else -> None."""
+    kinds = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Fallback":
+            first = node.args[0] if node.args else None
+            named = isinstance(first, ast.Attribute) and getattr(first.value, "id", None) == "FallbackKind"
+            kinds.append(first.attr if named else None)  # type: ignore[union-attr]
+    return kinds
+
+
+def test_every_fallback_names_its_kind_and_every_kind_is_made() -> None:
+    # The docs' list is generated from FallbackKind: a kind no code makes is a stale entry, a Fallback without a
+    # literal kind could be any entry.
+    made: list[str | None] = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.name != "fallbacks.py":
+            made += _fallback_kinds_made(ast.parse(path.read_text()))
+    assert None not in made, "a Fallback(...) whose first argument is not FallbackKind.NAME"
+    assert set(made) == {kind.name for kind in fallbacks.FallbackKind}
 
 
 def test_only_the_full_comparison_rewrites_the_committed_results() -> None:

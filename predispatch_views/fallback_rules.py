@@ -1,0 +1,348 @@
+"""Stage 2b: the fallback rules, each a predicate over the graph's record (graph_meta.py) and the epilogue the
+selection chose (analysis.py). Each returns the ``Fallback`` that stops the replay, or None.
+
+Note [Mutations the epilogue must not replay]
+Moving a mutation from its place in the program to after the whole core is invisible to eager's autograd only
+if nothing the core did depends on when it happens. Two kinds of mutation break that, and make the program
+fall back:
+- a random in-place op (``uniform_``, ``bernoulli_``, in-place dropout): replayed, it draws after every random
+  op of the core instead of between them, and a core reader recomputing it out of place would draw twice;
+- a data mutation of a base (a graph input or an intermediate, or a view of one) when a differentiable op of
+  the core computes from that base and its backward needs values (``sin``, ``mul`` of two tensors...): the
+  core is one opaque autograd node whose saved tensors AOTAutograd's partitioner chooses, and it may save the
+  base and recompute from it.
+  Eager may have saved a later intermediate instead, so the replayed write would bump the version of a tensor the
+  compiled backward checks, an error eager does not raise. Ops whose backward reads no input (``add``, ``mul``
+  by a number, ``sum``) cannot make the partitioner save anything, and are looked through. The op that produced
+  the base counts too when its backward reads its result (``sigmoid``, ``exp``) and the base is read after the
+  write (views taken before it raise eager's lazy error first): eager raises then as well, but its message
+  names the node that saved the tensor, which the compiled backward's cannot.
+
+Note [A view taken under no_grad keeps its base's requires_grad]
+Eager answers ``requires_grad`` of a view from its base: ``with torch.no_grad(): v = x.expand(...)`` gives a
+``v`` that requires grad when ``x`` does, with no ``grad_fn`` and no gradient edge (CreationMeta NO_GRAD_MODE;
+a view of ``v`` inherits both). An op run on ``v`` with grad mode on therefore returns a result that requires
+grad and sends no gradient anywhere; an op that returns its input under no_grad (``dropout`` with p=0,
+``contiguous`` of a contiguous tensor: Note [Ops that return their input]) is ``x`` itself, so gradients even
+flow through it. The compiled core computes the no_grad region below autograd: its results neither require
+grad nor carry one. So a core op with grad mode on that reads such a value falls back when eager's answer
+differs from the core's (the result would not require grad, or gradients would flow through an identity).
+A graph that ends at a graph break and returns a NO_GRAD_MODE view falls back too: when the code Dynamo runs
+between the graphs writes the view's base in place (``a.unsqueeze_(2)`` is such a break), eager forbids reading
+the view's ``grad_fn``, and Dynamo reads ``is_leaf`` when it wraps the view as an input of the next graph
+(``fake_tensor.from_real_tensor``), so it would crash where eager runs; stock returns a view autograd allows.
+The graph Dynamo resumes with falls back too when it returns a NO_GRAD_MODE view of one of its inputs: that input
+may be the fallen-back graph's output, stock's view, which autograd lets the caller write in place where eager's
+would not; eager's no_grad view of it then refuses its ``grad_fn``, stock's does not (fuzzer s31_447). Each graph
+is compiled alone, so the rule cannot ask whether the graph before fell back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import fx
+
+from . import _torch_internals as ti
+from . import graph_ops
+from .fallbacks import Fallback, FallbackKind
+from .graph_meta import GraphMeta, is_any_view, numel, taken_at
+
+
+def storage_change(meta: GraphMeta) -> Fallback | None:
+    for n in meta.mutations:
+        if graph_ops.is_storage_mutation(n):
+            message = f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})"
+            return Fallback(FallbackKind.STORAGE_CHANGE, message)
+    return None
+
+
+def replay_order(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable[[fx.Node], bool]) -> Fallback | None:
+    """Replaying E after the whole core must not change what any core node sees.
+
+    A core node that reads a base after an E data mutation of it needs the mutated value: the core recomputes
+    it out of place when it can, and only a value derived from that recomputation (not an alias taken before
+    the mutation) sees it.
+    """
+    nodes, order, root = meta.nodes, meta.order, meta.root
+    mutations: dict[fx.Node, list[fx.Node]] = {}
+    for n in nodes:
+        if n in epilogue and graph_ops.is_data_mutation(n):
+            mutations.setdefault(root[n], []).append(n)
+    for n in nodes:
+        if n in epilogue or n.op == "output":
+            continue
+        for i in n.all_input_nodes:
+            before = [m for m in mutations.get(root.get(i, i), ()) if order[m] < order[n]]
+            if not before:
+                continue
+            if not all(recomputable(m) for m in before):
+                return Fallback(
+                    FallbackKind.READ_AFTER_UNRECOMPUTABLE_MUTATION,
+                    f"{n.name} reads {i.name} after {before[0].name} mutated its base (through a view, or under "
+                    "no_grad), and that mutation must be replayed in eager",
+                )
+            if taken_at(i, order) < order[before[-1]]:  # through views taken earlier too (found by the fuzzer)
+                return Fallback(
+                    FallbackKind.READ_OF_ALIAS_TAKEN_BEFORE_MUTATION,
+                    f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base",
+                )
+    # The converse: an E write that copies values (``t0.copy_(a)``) must not read them after a later core write
+    # of their base has run (fuzzer s43_876: ``t0.copy_(a); a.mul_(2)`` returned twice a).
+    core_writes = [m for m in nodes if m not in epilogue and graph_ops.is_data_mutation(m)]
+    for n in nodes:
+        if n not in epilogue or not graph_ops.is_data_mutation(n):
+            continue
+        for i in n.all_input_nodes:
+            if i is graph_ops.mutated_input(n):
+                continue
+            later = [m for m in core_writes if root.get(m) is root.get(i, i) and order[m] > order[n]]
+            if later:
+                return Fallback(
+                    FallbackKind.REPLAYED_COPY_BEFORE_CORE_WRITE,
+                    f"{n.name} reads {i.name}, whose base {later[0].name} of the compiled region writes afterwards",
+                )
+    return None
+
+
+def core_reads_a_replayed_mutation(n: fx.Node) -> Fallback:
+    return Fallback(
+        FallbackKind.CORE_READS_REPLAYED_MUTATION,
+        f"the compiled region reads {n.name}, produced by a mutation replayed in eager",
+    )
+
+
+def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> Fallback | None:
+    """See Note [Mutations the epilogue must not replay]."""
+    for m in meta.mutations:
+        if m not in epilogue:
+            continue
+        if graph_ops.is_random(m):
+            return Fallback(
+                FallbackKind.RANDOM_MUTATION_AFTER_VIEWS,
+                f"{m.name} ({graph_ops.op_name(m)}) draws random numbers after a view is taken; replayed after the "
+                "compiled region it would draw again, in another order",
+            )
+        base = meta.root[m]  # a metadata mutation bumps the version counter too
+        reader = _may_save(meta, base, epilogue, duplicated)
+        if reader is None and _saves_its_result_and_is_read_after(meta, m, base, epilogue):
+            reader = base  # sigmoid, exp...: the backward reads the very tensor the epilogue writes
+        if reader is not None:
+            what = "graph input" if base.op == "placeholder" else "intermediate"
+            return Fallback(
+                FallbackKind.WRITE_TO_A_BASE_THE_CORE_MAY_SAVE,
+                f"{m.name} writes to {what} {base.name} after the views are taken, and {reader.name} "
+                f"({graph_ops.op_name(reader)}) of the compiled region may save it, or a value computed from "
+                "it, for backward",
+            )
+    return None
+
+
+def _saves_its_result_and_is_read_after(meta: GraphMeta, m: fx.Node, base: fx.Node, epilogue: set[fx.Node]) -> bool:
+    """The op producing ``base`` saves its result, and something reads the base after the write ``m``.
+
+    Views taken before the write raise eager's lazy error on their ``grad_fn`` before any backward reaches the
+    producer (``outs = y.split(2); y.mul_(2); return outs``); only a read after it leads backward there.
+    """
+    if base not in meta.requires_grad or base in epilogue or not graph_ops.backward_reads_its_result(base):
+        return False
+    after = meta.nodes[meta.order[m] + 1 :]
+    read = {m, base} | {n for n in after if meta.root.get(n) is base}  # the write, the base, aliases taken after
+    unread_writes = {n for n in after if n in epilogue and graph_ops.mutated_input(n) is not None and not n.users}
+    return any(i in read for n in after if n not in unread_writes for i in n.all_input_nodes)
+
+
+def _may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> fx.Node | None:
+    """The first differentiable core op computing from ``base`` whose backward may read values.
+
+    The partitioner may save ``base`` itself for any value the backward needs that is computed from it. Ops
+    whose backward reads no input (``add``, ``mul`` by a number, ``sum``, views...) need none, so everything
+    downstream of ``base`` through them is checked in turn.
+    """
+    reached = {base}
+    for n in meta.nodes:
+        if (n in epilogue and n not in duplicated) or n.op != "call_function":
+            continue
+        if not any(i in reached or meta.root.get(i) is base for i in n.all_input_nodes):
+            continue
+        reached.add(n)
+        if n in meta.requires_grad and not (
+            is_any_view(n)
+            or graph_ops.is_metadata_mutation(n)  # a view, in place
+            or graph_ops.backward_reads_no_input(n)
+        ):
+            return n
+    return None
+
+
+def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fallback | None:
+    """Note [A view taken under no_grad keeps its base's requires_grad]."""
+    no_grad_views: set[fx.Node] = set()  # CreationMeta NO_GRAD_MODE, base requires grad
+    identities: set[fx.Node] = set()  # the input itself, returned under no_grad
+    eager_requires_grad = set(meta.requires_grad)
+    viewed: dict[fx.Node, fx.Node] = {}  # a view -> the value its chain of views starts from
+    grad = meta.grad_enabled
+    for n in meta.nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+            continue
+        if n.op != "call_function":
+            continue
+        is_view = is_any_view(n)
+        if is_view:
+            source = n.args[0]
+            viewed[n] = viewed.get(source, source)  # type: ignore[arg-type]
+            if source in identities or (source in eager_requires_grad and graph_ops.may_return_self(n) and not grad):
+                identities.add(n)
+                eager_requires_grad.add(n)
+            elif source in no_grad_views or (source in eager_requires_grad and not grad):
+                no_grad_views.add(n)
+                eager_requires_grad.add(n)
+        if not grad or n in epilogue or is_view:
+            continue
+        read = [i for i in n.all_input_nodes if i in no_grad_views or i in identities]
+        if not read:
+            continue
+        eager_requires_grad.add(n)
+        if n not in meta.requires_grad or any(i in identities for i in read):
+            return Fallback(
+                FallbackKind.NO_GRAD_VIEW_READ_WITH_GRAD,
+                f"{n.name} ({graph_ops.op_name(n)}) reads {read[0].name}, taken under no_grad from a tensor that "
+                "requires grad: eager's result takes requires_grad (from an op that returns its input, gradients "
+                "too) from that tensor, the compiled region's would not (Note [A view taken under no_grad keeps "
+                "its base's requires_grad])",
+            )
+    for k, n in enumerate(meta.outputs):
+        if n not in no_grad_views:
+            continue
+        if meta.graph_breaks.after:
+            return Fallback(
+                FallbackKind.NO_GRAD_VIEW_AT_GRAPH_BREAK,
+                f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "
+                "the graph ends at a graph break: Dynamo would crash wrapping it for the next graph if its "
+                "base is written in place in between (Note [A view taken under no_grad keeps its base's "
+                "requires_grad])",
+            )
+        if meta.graph_breaks.before and (source := viewed.get(n)) is not None and source.op == "placeholder":
+            return Fallback(
+                FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK,
+                f"output {k} ({n.name}) is a view taken under no_grad of input {source.name}, which requires "
+                "grad, in a graph Dynamo resumed after a graph break: where the graph before fell back, that "
+                "input is stock's view, which the caller may write in place, and eager's view of it would then "
+                "refuse its grad_fn (Note [A view taken under no_grad keeps its base's requires_grad])",
+            )
+    return None
+
+
+def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) -> Fallback | None:
+    """A replayed output of a multi-output view (or a view of one) that requires grad, in a graph ending at a graph
+    break, whose base the code between the graphs can reach: an input, or another output that is no such view.
+    Dynamo reads the view's ``grad_fn`` when it wraps it for the resume function, and if the break's own
+    instruction wrote that base in place (``c.t_()`` on an input breaks the graph; fuzzer s41_47), eager's view
+    refuses it: a crash inside the call where eager raises only if the caller reads ``grad_fn``, and stock, which
+    returns no view, runs. A base only the multi-output views themselves reach stays replayed (``q, k =
+    lin(x).chunk(2)`` before a ``print``): writing one of them in place with grad enabled is eager's own error.
+    Not covered: the break's instruction writing one of them under no_grad (design/04, Known limits).
+    """
+    if not meta.graph_breaks.after:
+        return None
+    root = meta.root
+    multi_output_views: set[fx.Node] = set()
+    for n in meta.nodes:
+        if graph_ops.is_view_getitem(n) or (graph_ops.is_view(n) and n.args[0] in multi_output_views):
+            multi_output_views.add(n)
+    reachable = {root[n] for n in meta.outputs if n not in multi_output_views} | set(meta.placeholders)
+    for k, n in enumerate(meta.outputs):
+        if n in multi_output_views and n in epilogue and n in meta.requires_grad and root[n] in reachable:
+            return Fallback(
+                FallbackKind.MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK,
+                f"output {k} ({n.name}) is a view from a multi-output view call, returned by a graph that stops "
+                "at a graph break: Dynamo would crash wrapping it for the next graph if the code between the "
+                f"graphs wrote its base {root[n].name} in place (eager refuses the grad_fn of such a view)",
+            )
+    return None
+
+
+# View calls whose autograd view info always carries a view_fn (torch's codegen: VIEW_FUNCTIONS_WITH_METADATA_CHANGE).
+_VIEW_FN_VIEWS = {"view_as_real", "view_as_complex", "_conj", "_neg_view"}
+
+
+def view_fn_write_under_compiled_autograd(meta: GraphMeta, epilogue: set[fx.Node]) -> Fallback | None:
+    """Under compiled autograd, a replayed write through a view chain that holds a view_fn view (``view_as_real``,
+    ``conj``...): eager's ``CopySlices`` then replays the chain through its view_fn, which torch 2.13's compiled
+    autograd rejects ("view_fn not supported by compiled autograd"). Stock's graph has no such node and runs;
+    Dynamo with ``backend="eager"`` fails the same way (test_autograd.py's test_autograd_inplace_views_cross_dtype
+    run dynamo-wrapped)."""
+    if not meta.compiled_autograd:
+        return None
+    for m in epilogue:
+        if not graph_ops.is_data_mutation(m):
+            continue
+        target = graph_ops.mutated_input(m)
+        while target is not None and (is_any_view(target) or graph_ops.is_metadata_mutation(target)):
+            if graph_ops.schema_name(target) in _VIEW_FN_VIEWS:
+                return Fallback(
+                    FallbackKind.VIEW_FN_WRITE_UNDER_COMPILED_AUTOGRAD,
+                    f"{m.name} writes through {target.name} ({graph_ops.op_name(target)}), whose eager autograd "
+                    "node replays views through a view_fn, which compiled autograd (on) rejects",
+                )
+            source = target.args[0]
+            target = source if isinstance(source, fx.Node) else None
+    return None
+
+
+def unreproduced_output_alias(
+    meta: GraphMeta, epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node], externals: list[fx.Node]
+) -> Fallback | None:
+    """The plan check of Note [The invariant] (pipeline.py): an output computed by the core must not alias an
+    input or another core value in the trace. Replayed views may alias what they view (the core value the
+    epilogue reads, which may itself be returned: ``return *y.unbind(0), y``); any other alias would come back as
+    AOTAutograd regenerates it, not as eager made it.
+    """
+    owners: dict[int, tuple[fx.Node, str]] = {}
+    for p in meta.placeholders:
+        if isinstance(value := p.meta.get("val"), torch.Tensor):
+            owners.setdefault(ti.storage_id(value), (p, f"input {p.name}"))
+    for n in externals:
+        if isinstance(value := n.meta.get("val"), torch.Tensor) and any(u in epilogue for u in n.users):
+            owners.setdefault(ti.storage_id(value), (n, f"{n.name}, which the epilogue views"))
+    for k, n in enumerate(dict.fromkeys(meta.outputs)):
+        value = n.meta.get("val")
+        if not isinstance(value, torch.Tensor) or n.op == "placeholder" or n in epilogue or n in resolved:
+            continue
+        owner, what = owners.setdefault(ti.storage_id(value), (n, f"output {k}"))
+        if owner is not n:
+            return Fallback(
+                FallbackKind.UNREPRODUCED_OUTPUT_ALIAS,
+                f"output {k} ({n.name}, {graph_ops.op_name(n)}) aliases {what} in the trace, but no view call "
+                "the epilogue can replay produces it",
+            )
+    return None
+
+
+def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], externals: list[fx.Node]) -> Fallback | None:
+    """A base the epilogue views, or a value returned as it is, must come back from the core as a plain output.
+    Written inside the core through a view that covers all of it (``y.view(shape).add_(1)``,
+    ``y.unsqueeze(0).normal_()``), AOTAutograd returns it as an alias of the functional result it regenerates it
+    from: a view where eager's is none (fuzzer s53_155), and for a base the epilogue views, one made inside its
+    autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), whose replayed views eager's in-place writes would be
+    refused. Writes through a partial view (``y[0].add_(1)``) come back as plain outputs.
+    """
+    root = meta.root
+    viewed = {n for n in externals if any(u in epilogue for u in n.users)}
+    returned = {n for n in meta.outputs if n in externals and not is_any_view(n)}
+    bases = viewed | returned
+    for m in meta.mutations:
+        target = graph_ops.mutated_input(m)
+        if m in epilogue or target is None or not graph_ops.is_data_mutation(m) or not is_any_view(target):
+            continue
+        for base in bases:
+            if root.get(target) is root.get(base) and numel(target) == numel(base):
+                what = "the epilogue views it" if base in viewed else "returns it, which eager returns as no view"
+                return Fallback(
+                    FallbackKind.CORE_WRITES_THROUGH_A_VIEW,
+                    f"the compiled region writes to {base.name} through a view ({m.name}), and {what}: "
+                    "AOTAutograd would return it as an alias of its own base",
+                )
+    return None

@@ -1,0 +1,179 @@
+"""Stage 2 input: one typed record of what a pre-dispatch graph does, computed once per graph.
+
+In the spirit of AOTAutograd's ``ViewAndMutationMeta``: the selection (analysis.py) and every fallback rule
+(fallback_rules.py) read this record instead of each re-deriving alias roots, mutations, requires-grad and
+grad-mode regions by its own walk over the graph.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+
+from . import _torch_internals as ti
+from . import graph_ops
+
+
+@dataclass(frozen=True)
+class GraphBreaks:
+    """Where Dynamo split the user's function around a graph (neither, outside Dynamo)."""
+
+    before: bool = False  # the graph is a resume function's: its inputs may be an earlier graph's outputs
+    after: bool = False  # the graph ends at a graph break: a resume function gets its outputs
+
+
+NO_GRAPH_BREAKS = GraphBreaks()
+
+
+@dataclass(frozen=True)
+class GraphMeta:
+    """What the graph does, as the selection and the fallback rules need it."""
+
+    gm: fx.GraphModule
+    nodes: list[fx.Node]
+    order: dict[fx.Node, int]  # program order
+    placeholders: list[fx.Node]
+    outputs: list[fx.Node]  # the nodes the graph returns, in order (a node returned twice appears twice)
+    # Each node -> the node whose storage it aliases (itself for a fresh value); inputs that share storage map to
+    # the first of them (Note [Inputs that alias each other] in analysis.py).
+    root: dict[fx.Node, fx.Node]
+    mutations: list[fx.Node]  # in-place and out= calls, in program order (kinds: graph_ops.is_*_mutation)
+    aliased_inputs: frozenset[fx.Node]  # inputs sharing their storage with another input
+    sym_from_inputs: frozenset[fx.Node]  # size arithmetic computable from the graph inputs alone
+    requires_grad: frozenset[fx.Node]  # results that require grad in eager
+    no_grad: frozenset[fx.Node]  # nodes run with grad mode off
+    grad_mode_changes: list[fx.Node]
+    grad_enabled: bool  # the grad mode the graph is called in
+    graph_breaks: GraphBreaks
+    compiled_autograd: bool  # compiled autograd is configured on: the backward runs through it
+
+    @property
+    def output(self) -> fx.Node:
+        return self.nodes[-1]
+
+
+def graph_meta(
+    gm: fx.GraphModule,
+    *,
+    grad_enabled: bool,
+    input_alias_groups: Sequence[int] | None = None,
+    input_requires_grad: Sequence[bool] | None = None,
+    graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
+) -> GraphMeta:
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    groups = collections.Counter(input_alias_groups or ())
+    return GraphMeta(
+        gm=gm,
+        nodes=nodes,
+        order={n: i for i, n in enumerate(nodes)},
+        placeholders=placeholders,
+        outputs=output_nodes(nodes),
+        root=alias_roots(nodes, input_alias_groups),
+        mutations=[n for n in nodes if graph_ops.mutated_input(n) is not None],
+        aliased_inputs=frozenset(
+            placeholders[i] for i, first in enumerate(input_alias_groups or ()) if groups[first] > 1
+        ),
+        sym_from_inputs=_sym_from_inputs(nodes),
+        requires_grad=_requires_grad(nodes, placeholders, grad_enabled, input_requires_grad),
+        no_grad=_under_no_grad(nodes, grad_enabled),
+        grad_mode_changes=[n for n in nodes if graph_ops.is_grad_mode_change(n)],
+        grad_enabled=grad_enabled,
+        graph_breaks=graph_breaks,
+        compiled_autograd=ti.compiled_autograd_configured(),
+    )
+
+
+def is_any_view(n: fx.Node) -> bool:
+    """A view call, or a ``getitem`` of a multi-output view call."""
+    return graph_ops.is_view(n) or graph_ops.is_view_getitem(n)
+
+
+def output_nodes(nodes: list[fx.Node]) -> list[fx.Node]:
+    return [a for a in ti.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
+
+
+def numel(n: fx.Node) -> int | None:
+    value = n.meta.get("val")
+    return value.numel() if isinstance(value, torch.Tensor) else None
+
+
+def taken_at(n: fx.Node, order: dict[fx.Node, int]) -> int:
+    """Where the value ``n`` reads was taken: the earliest of ``n`` and the views (and in-place view changes) it
+    is derived from, down to the value they view (a view of ``t1 = t0[0]`` made after ``t0.copy_(a)`` still sees
+    ``t0``'s old value)."""
+    taken = order[n]
+    while True:
+        if graph_ops.is_metadata_mutation(n):  # ``t3.unsqueeze_(2)`` is still the view ``t3``
+            n = graph_ops.mutated_input(n)  # type: ignore[assignment]
+        elif is_any_view(n) and isinstance(n.args[0], fx.Node):
+            n = n.args[0]
+        else:
+            return taken
+        taken = min(taken, order[n])
+
+
+def alias_roots(nodes: list[fx.Node], input_alias_groups: Sequence[int] | None) -> dict[fx.Node, fx.Node]:
+    """Each node -> the node whose storage it aliases (itself for a fresh value)."""
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    root: dict[fx.Node, fx.Node] = {}
+    for i, first in enumerate(input_alias_groups or ()):
+        root[placeholders[i]] = placeholders[first]
+    for n in nodes:
+        if n.op == "placeholder":
+            root.setdefault(n, n)
+        elif is_any_view(n):
+            root[n] = root.get(n.args[0], n.args[0])  # type: ignore[arg-type]
+        elif (target := graph_ops.mutated_input(n)) is not None:
+            root[n] = root.get(target, target)
+        else:
+            root[n] = n
+    return root
+
+
+def _sym_from_inputs(nodes: list[fx.Node]) -> frozenset[fx.Node]:
+    out: set[fx.Node] = set()
+    for n in nodes:
+        if graph_ops.is_sym(n) and all(i.op == "placeholder" or i in out for i in n.all_input_nodes):
+            out.add(n)
+    return frozenset(out)
+
+
+def _requires_grad(
+    nodes: list[fx.Node], placeholders: list[fx.Node], grad_enabled: bool, input_requires_grad: Sequence[bool] | None
+) -> frozenset[fx.Node]:
+    """A differentiable input, read with grad mode on; an in-place write of such a value makes its target require
+    grad too. (Traced values are detached snapshots: ``requires_grad`` cannot be read off the graph.) Without
+    ``input_requires_grad`` every floating-point input is assumed to require grad."""
+    out: set[fx.Node] = set()
+    for i, p in enumerate(placeholders):
+        value = p.meta.get("val")
+        if input_requires_grad is not None:
+            if i < len(input_requires_grad) and input_requires_grad[i]:
+                out.add(p)
+        elif isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+            out.add(p)
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+        elif n.op == "call_function" and grad and any(i in out for i in n.all_input_nodes):
+            out.add(n)
+            if (target := graph_ops.mutated_input(n)) is not None:
+                out.add(target)
+    return frozenset(out)
+
+
+def _under_no_grad(nodes: list[fx.Node], grad_enabled: bool) -> frozenset[fx.Node]:
+    out: set[fx.Node] = set()
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+        elif not grad:
+            out.add(n)
+    return frozenset(out)
