@@ -38,7 +38,24 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow", action="store_true", help="also run the stress workloads")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
     parser.add_argument("--models", action="store_true", help="also tiny Hugging Face models (extra [models])")
-    parser.add_argument("--models-inner", default="aot_eager", help="inner backends for --models, comma separated")
+    parser.add_argument(
+        "--models-inner", default="aot_eager", help="inner backends of --models' backend rows, comma separated, or none"
+    )
+    parser.add_argument(
+        "--models-flag-inner",
+        default="inductor",
+        help="--models: the inner backend of the flag rows (plain torch.compile with and without the flag): "
+        "inductor, aot_eager, or none",
+    )
+    parser.add_argument(
+        "--models-only", default=None, metavar="NAME[,NAME]", help="--models: only these models (implies --models)"
+    )
+    parser.add_argument("--models-steps", type=int, default=10, help="--models: training steps through changing shapes")
+    parser.add_argument(
+        "--models-alternatives",
+        action="store_true",
+        help="--models: also stock without the unsafe fix and slice regeneration per inner",
+    )
     parser.add_argument("--fuzz", type=int, default=0, metavar="N", help="only run N random programs (fuzz.py)")
     parser.add_argument("--seed", default="0", help="the fuzzer's seed, or several, comma separated")
     parser.add_argument(
@@ -84,6 +101,8 @@ def run_compare(args: argparse.Namespace) -> int:
     args.inners = tuple(i.strip() for i in inner.split(",") if i.strip())
     if args.divergence_strategy is not None or args.divergence_case is not None:
         args.show_divergences = True
+    if getattr(args, "models_only", None):
+        args.models = True
     try:
         out_dir = check_compare_arguments(args)
     except ArgumentError as e:

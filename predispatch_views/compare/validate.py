@@ -80,9 +80,31 @@ def check_pytorch_tests(path: str | None, strategies: str) -> None:
         raise ArgumentError(f"--pytorch-tests-strategies {strategies!r}: choose from {', '.join(STRATEGIES)}")
 
 
+def check_models(args: argparse.Namespace) -> None:
+    """--models-only names, --models-inner / --models-flag-inner backends, --models-steps."""
+    only = getattr(args, "models_only", None)
+    if only:
+        from .model_suite import SUITE, unknown_names
+
+        unknown = unknown_names(only)
+        if unknown:
+            names = ", ".join(c.name for c in SUITE)
+            raise ArgumentError(f"--models-only: unknown model {', '.join(map(repr, unknown))}; models: {names}")
+    for option, text in (("--models-inner", args.models_inner), ("--models-flag-inner", args.models_flag_inner)):
+        if text and text != "none":
+            try:
+                check_inners(tuple(i.strip() for i in text.split(",") if i.strip()))
+            except ArgumentError as e:
+                raise ArgumentError(f"{option}: {e}") from None
+    if args.models_steps < 1:
+        raise ArgumentError(f"--models-steps {args.models_steps}: at least 1")
+
+
 def check_compare_arguments(args: argparse.Namespace) -> Path:
     """Every check; returns the output folder (created)."""
     check_inners(tuple(args.inners))
+    if getattr(args, "models", False):
+        check_models(args)
     check_device(args.device)
     check_cases(args.cases, bool(args.slow))
     check_pytorch_tests(getattr(args, "pytorch_tests", None), getattr(args, "pytorch_tests_strategies", ""))
