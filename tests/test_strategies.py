@@ -16,10 +16,14 @@ import torch
 import predispatch_views
 from predispatch_views.compare.parity import _isolated
 from predispatch_views.compare.strategies import (
+    CEILING,
     INNERS,
     Strategy,
+    all_strategies,
+    dynamo_eager,
     eager,
     legacy_as_strided,
+    parity_strategies,
     prototype,
     slice_regen,
     stock,
@@ -134,6 +138,28 @@ def test_prototype_has_eagers_single_unbind(inner: str) -> None:
     assert [type(o.grad_fn).__name__ for o in outs] == ["UnbindBackward0"] * len(outs)
     assert reachable(outs)["UnbindBackward0"] == 1
     assert reachable(outs)["AsStridedBackward0"] == 0
+
+
+def test_the_ceiling_is_dynamo_alone_with_eagers_graph() -> None:
+    """dynamo_eager (issue 22): Dynamo captures the program (one graph) and runs it as it is: eager's views, one
+    UnbindBackward0, eager's in-place error."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    outs, eager_outs = outputs(dynamo_eager()), outputs(eager())
+    assert counters["stats"]["unique_graphs"] == 1
+    assert all(o._is_view() for o in outs)
+    assert {o._base for o in outs} == {outs[0]._base}
+    assert reachable(outs) == reachable(eager_outs)
+    assert reachable(outs)["UnbindBackward0"] == 1
+    assert [_inplace_error(o) for o in outs] == [_inplace_error(e) for e in eager_outs]
+
+
+def test_the_ceiling_is_in_the_parity_table_once_and_not_in_the_benchmarks() -> None:
+    labels = [s.label for s in parity_strategies(INNERS)]
+    assert [label for label in labels if label.startswith(CEILING)] == ["dynamo_eager[eager]"]
+    assert labels.index("dynamo_eager[eager]") == 1
+    assert not any(s.name == CEILING for s in all_strategies(INNERS))
 
 
 def test_autograd_cache_keeps_strategies_apart() -> None:

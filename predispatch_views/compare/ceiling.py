@@ -117,7 +117,7 @@ def gaps(records: Iterable[Mapping[str, Result]], labels: Sequence[str]) -> list
             gap.fallbacks += bool(entry.fallbacks)
             if is_below_the_ceiling(entry, ceiling):
                 gap.below_the_ceiling += 1
-                gap.reasons.update(dict.fromkeys(why(entry)))
+                gap.reasons.update(list(dict.fromkeys(why(entry))))  # each reason once per program
     return list(found.values())
 
 
