@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from predispatch_views.compare.pytorch_tests import (
+    engine_fingerprint,
     find_test_files,
     prototype_only_failures,
     run_pytorch_tests,
+    snapshot_engine,
     working_dir,
     write_reports,
 )
@@ -131,6 +133,53 @@ def test_file_discovery(tmp_path: Path) -> None:
     ]
     assert find_test_files(tmp_path / "test") == found
     assert working_dir(found[1]) == tmp_path / "test"
+
+
+SNAPSHOT_SYNTHETIC = """
+import importlib.util
+import os
+
+
+def test_imports_the_snapshot():
+    origin = importlib.util.find_spec("predispatch_views").origin
+    assert origin.startswith(os.environ["PREDISPATCH_VIEWS_PT_ENGINE"] + os.sep), origin
+"""
+
+
+def test_every_process_imports_the_engine_copy(tmp_path: Path) -> None:
+    """The working tree changes while a run takes minutes: each pytest process must import the copy of the package
+    taken at the start, not the tree (find_spec only: the file imports neither the package nor torch)."""
+    test_dir = tmp_path / "test"
+    test_dir.mkdir()
+    (test_dir / "test_snapshot.py").write_text(SNAPSHOT_SYNTHETIC)
+    (run,) = run_pytorch_tests(
+        test_dir / "test_snapshot.py", strategies=("plain", "prototype"), progress=lambda _: None
+    )
+    for strategy in ("plain", "prototype"):
+        (result,) = run.results[strategy].values()
+        assert (result.outcome, result.error) == ("passed", ""), strategy
+
+
+def test_engine_snapshot_and_fingerprint(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    (root / "predispatch_views" / "compare").mkdir(parents=True)
+    (root / "predispatch_views" / "__pycache__").mkdir()
+    (root / "predispatch_views_autoload").mkdir()
+    (root / "predispatch_views" / "pipeline.py").write_text("X = 1\n")
+    (root / "predispatch_views" / "compare" / "main.py").write_text("Y = 1\n")
+    (root / "predispatch_views" / "__pycache__" / "pipeline.cpython-311.pyc").write_bytes(b"junk")
+    (root / "predispatch_views_autoload" / "__init__.py").write_text("")
+    copy = snapshot_engine(tmp_path / "copy", root=root)
+    assert (copy / "predispatch_views_autoload" / "__init__.py").is_file()
+    assert not (copy / "predispatch_views" / "__pycache__").exists()
+    before = engine_fingerprint(root)
+    assert engine_fingerprint(copy) == before
+    (root / "predispatch_views" / "compare" / "main.py").write_text("Y = 2\n")  # not an engine module
+    assert engine_fingerprint(root) == before
+    (root / "predispatch_views" / "pipeline.py").write_text("X = 2\n")  # an engine edit during a run
+    assert engine_fingerprint(root) != before
+    assert engine_fingerprint(copy) == before
+    assert (copy / "predispatch_views" / "pipeline.py").read_text() == "X = 1\n"
 
 
 TORCH_SYNTHETIC = """

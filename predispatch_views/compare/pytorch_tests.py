@@ -19,14 +19,22 @@ The tests that pass under stock and fail or crash under the prototype are protot
 Crashes: the test ids are split into shards, each run by one pytest process with a per-test timeout; the plugin logs
 a line before and after every test. When a process dies (segfault, abort, timeout), the test that was running is
 recorded as crashed and the shard is restarted after it.
+
+One engine per run: a run takes many minutes while the working tree may change underneath (the engine is edited
+and committed during runs), and each pytest process imports the package when it starts. So the runner copies the
+package as it is at the start (``snapshot_engine``) and puts the copy first on every process's PYTHONPATH; the
+report names the commit and a hash of the copy's engine modules (``engine_fingerprint``), and says so when the
+working tree's engine modules changed during the run (the results are still the copy's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +54,11 @@ from .pytorch_tests_plugin.predispatch_views_pt_plugin import IDS_ENV, LOG_ENV, 
 # Loaded by module name from its own folder, put first on PYTHONPATH (see pytorch_tests_plugin/__init__.py).
 PLUGIN = "predispatch_views_pt_plugin"
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytorch_tests_plugin"
+# The folder that holds the package (a checkout's root, or site-packages), and what snapshot_engine copies from it.
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+ENGINE_PACKAGES = ("predispatch_views", "predispatch_views_autoload")
+# Exported to the pytest processes: the snapshot they import (a test can check it).
+ENGINE_ENV = "PREDISPATCH_VIEWS_PT_ENGINE"
 OUTCOMES = ("passed", "failed", "crashed", "skipped", "missing")
 # Variables that would change what a strategy runs: the runner sets the ones it wants itself.
 _CLEARED_ENV = (
@@ -91,14 +104,37 @@ def working_dir(test_file: Path) -> Path:
     return test_file.parent
 
 
-def strategy_env(strategy: str) -> dict[str, str]:
+def strategy_env(strategy: str, engine_dir: Path | None = None) -> dict[str, str]:
+    """The environment of a strategy's pytest processes; ``engine_dir`` (a snapshot_engine copy) goes first on
+    PYTHONPATH, before the installed package, so that every process of a run imports the same engine."""
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED_ENV}
     env[STRATEGY_ENV] = strategy
     if strategy in ("stock", "prototype"):
         env["PYTORCH_TEST_WITH_AOT_EAGER"] = "1"
     env.setdefault("PYTHONFAULTHANDLER", "1")
-    env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR), *filter(None, [env.get("PYTHONPATH")])])
+    paths = [str(PLUGIN_DIR)]
+    if engine_dir is not None:
+        paths.append(str(engine_dir))
+        env[ENGINE_ENV] = str(engine_dir)
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     return env
+
+
+def snapshot_engine(dest: Path, root: Path = PACKAGE_ROOT) -> Path:
+    """Copy the packages of ENGINE_PACKAGES found under ``root`` into ``dest`` (created) and return ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ENGINE_PACKAGES:
+        if (root / name).is_dir():
+            shutil.copytree(root / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def engine_fingerprint(root: Path = PACKAGE_ROOT) -> str:
+    """A short sha256 of the engine modules (the package's top-level .py files, names and contents) under ``root``."""
+    digest = hashlib.sha256()
+    for path in sorted((root / "predispatch_views").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -144,6 +180,7 @@ def run_pytest(
     test_timeout: float,
     idle_timeout: float,
     scratch: Path,
+    engine_dir: Path | None = None,
 ) -> ProcessRun:
     """Run pytest on ``test_file`` (only ``ids`` if given) and return the plugin's events.
 
@@ -152,7 +189,7 @@ def run_pytest(
     """
     fd, log_path = tempfile.mkstemp(prefix=f"{strategy}-", suffix=".jsonl", dir=scratch)
     os.close(fd)
-    env = strategy_env(strategy)
+    env = strategy_env(strategy, engine_dir)
     env[LOG_ENV] = log_path
     env[TEST_TIMEOUT_ENV] = str(test_timeout)
     if ids is not None:
@@ -210,10 +247,21 @@ def _death_message(run: ProcessRun, test_timeout: float, running_since: float | 
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def collect(test_file: Path, filter_expr: str | None, scratch: Path, timeout: float) -> tuple[list[str], str]:
+def collect(
+    test_file: Path, filter_expr: str | None, scratch: Path, timeout: float, engine_dir: Path | None = None
+) -> tuple[list[str], str]:
     """The test ids of a file under the plain strategy (``-k filter_expr`` applied), and a collection error if any."""
     extra = ["--collect-only"] + (["-k", filter_expr] if filter_expr else [])
-    run = run_pytest(test_file, "plain", ids=None, extra=extra, test_timeout=0, idle_timeout=timeout, scratch=scratch)
+    run = run_pytest(
+        test_file,
+        "plain",
+        ids=None,
+        extra=extra,
+        test_timeout=0,
+        idle_timeout=timeout,
+        scratch=scratch,
+        engine_dir=engine_dir,
+    )
     ids: list[str] = []
     errors = []
     for event in run.events:
@@ -235,6 +283,7 @@ def run_shard(
     test_timeout: float,
     scratch: Path,
     on_process: Callable[[ProcessRun], None],
+    engine_dir: Path | None = None,
 ) -> dict[str, TestResult]:
     """Run ``ids``, restarting after each crash, until every id has a result."""
     results: dict[str, TestResult] = {}
@@ -247,6 +296,7 @@ def run_shard(
             test_timeout=test_timeout,
             idle_timeout=test_timeout + 120,
             scratch=scratch,
+            engine_dir=engine_dir,
         )
         on_process(run)
         running: str | None = None
@@ -298,19 +348,24 @@ def run_pytorch_tests(
     strategies: Sequence[str] = STRATEGIES,
     scratch: Path | None = None,
     progress: Callable[[str], None] = print,
+    engine_dir: Path | None = None,
 ) -> list[FileRun]:
+    """Run the files under ``path``; every pytest process imports the engine from ``engine_dir`` (a snapshot_engine
+    copy), or from a copy taken here when it is None."""
     files = find_test_files(path)
     if not files:
         raise FileNotFoundError(
             f"{path}: no test file (expected a test file or a tree with {', '.join(DEFAULT_FILES)})"
         )
     scratch_dir = Path(tempfile.mkdtemp(prefix="pytorch-tests-", dir=scratch))
+    if engine_dir is None:
+        engine_dir = snapshot_engine(scratch_dir / "engine")
     runs = [FileRun(f) for f in files]
     lock = threading.Lock()
     tasks: list[tuple[FileRun, str, list[str]]] = []
     for run in runs:
         start = time.monotonic()
-        run.ids, run.collect_error = collect(run.path, filter_expr, scratch_dir, timeout=900)
+        run.ids, run.collect_error = collect(run.path, filter_expr, scratch_dir, timeout=900, engine_dir=engine_dir)
         progress(
             f"{run.name}: {len(run.ids)} tests collected in {time.monotonic() - start:.0f} s"
             + (f" (collection error: {run.collect_error})" if run.collect_error else "")
@@ -334,7 +389,13 @@ def run_pytorch_tests(
                         run.patched[strategy] = run.patched.get(strategy, False) or event["patched"]
 
         results = run_shard(
-            run.path, strategy, shard, test_timeout=test_timeout, scratch=scratch_dir, on_process=on_process
+            run.path,
+            strategy,
+            shard,
+            test_timeout=test_timeout,
+            scratch=scratch_dir,
+            on_process=on_process,
+            engine_dir=engine_dir,
         )
         with lock:
             run.results[strategy].update(results)
@@ -489,7 +550,7 @@ def write_reports(
         "or the test timed out; `missing`: not collected under that strategy."
     )
     lines += ["", f"Command: `{command}`" + (f" (filter `-k {filter_expr}`)" if filter_expr else "")]
-    lines += ["", f"Engine: {engine} (at the start of the run); torch {torch_version}.", ""]
+    lines += ["", f"Engine: {engine}; torch {torch_version}.", ""]
     for run in runs:
         if run.collect_error:
             lines.append(f"- {run.name}: collection error: {_md_cell(run.collect_error)}")
@@ -529,16 +590,24 @@ def run_pytorch_tests_section(args: Any, out_dir: Path) -> int:
     import torch
 
     start = time.monotonic()
-    engine = engine_revision()
+    engine_dir = snapshot_engine(Path(tempfile.mkdtemp(prefix="pytorch-tests-engine-")))
+    fingerprint = engine_fingerprint(engine_dir)
+    engine = f"{engine_revision()} at the start, engine modules sha256 {fingerprint} (every process ran a copy of them)"
     strategies = tuple(s.strip() for s in args.pytorch_tests_strategies.split(",") if s.strip())
-    runs = run_pytorch_tests(
-        Path(args.pytorch_tests),
-        filter_expr=args.pytorch_tests_filter,
-        jobs=max(args.jobs, 1),
-        shard_size=args.pytorch_tests_shard,
-        test_timeout=args.pytorch_tests_timeout,
-        strategies=strategies,
-    )
+    try:
+        runs = run_pytorch_tests(
+            Path(args.pytorch_tests),
+            filter_expr=args.pytorch_tests_filter,
+            jobs=max(args.jobs, 1),
+            shard_size=args.pytorch_tests_shard,
+            test_timeout=args.pytorch_tests_timeout,
+            strategies=strategies,
+            engine_dir=engine_dir,
+        )
+    finally:
+        shutil.rmtree(engine_dir, ignore_errors=True)
+    if engine_fingerprint() != fingerprint:
+        engine += "; the working tree's engine modules changed during the run"
     command = " ".join(["python -m predispatch_views", *sys.argv[1:]]) if sys.argv else "compare --pytorch-tests"
     text = write_reports(
         runs,
