@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m predispatch_views")
     sub = parser.add_subparsers(dest="command", required=True)
     from .compare.main import add_compare_arguments
-    from .explain import add_explain_arguments
+    from .explain_cli import add_explain_arguments
     from .launcher import add_run_arguments
 
     defaults = _HelpWithDefaults

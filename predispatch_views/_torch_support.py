@@ -1,7 +1,7 @@
 """Which torch releases the project supports, checked at ``import predispatch_views``.
 
 This module imports no private torch API, so that the check runs (and says what to do) before
-``_torch_internals.py`` imports them: on an unsupported release those imports may be the first thing to fail.
+``_torch_internals`` imports them: on an unsupported release those imports may be the first thing to fail.
 
 Note [Supported torch releases]
 pyproject.toml declares ``torch>=2.13.0,<2.15`` (``SUPPORTED_RANGE``): the engine relies on private torch APIs
@@ -49,7 +49,7 @@ def _what_to_do(version: str) -> str:
     return (
         f"predispatch_views supports torch {SUPPORTED_RANGE} (its test suite passes on {checked}); torch {version} "
         "is installed. The engine relies on private torch APIs that change between releases "
-        "(predispatch_views/_torch_internals.py). Install a supported torch, e.g. "
+        "(predispatch_views/_torch_internals/). Install a supported torch, e.g. "
         f'`pip install "torch{SUPPORTED_RANGE}"` (or the default pin: `pip install -e ".[test]"` installs torch '
         f"{DEFAULT_PIN})"
     )

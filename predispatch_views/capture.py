@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch import fx
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
 from . import _torch_internals as ti
@@ -111,13 +109,13 @@ def _example(n: fx.Node) -> Any:
 
 
 def _written_args(n: fx.Node) -> list[Any]:
-    if isinstance(n.target, torch._ops.OpOverload):
+    if isinstance(n.target, ti.OpOverload):
         return [target] if (target := graph_ops.mutated_input(n)) is not None else []
     name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
     if n.op not in ("call_method", "call_function") or not isinstance(name, str) or not n.args:
         return []
     # out= is one tensor or a tuple of them (``torch.max(x, 0, out=(v, i))``): flatten either.
-    written: list[Any] = pytree.tree_leaves(n.kwargs.get("out"))
+    written: list[Any] = ti.tree_leaves(n.kwargs.get("out"))
     if (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE_OPERATORS or n.kwargs.get("inplace"):
         written.append(n.args[0])
     return written
@@ -126,8 +124,8 @@ def _written_args(n: fx.Node) -> list[Any]:
 _IN_PLACE_OPERATORS = {"setitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior"}
 
 
-def _storage(value: Any) -> StorageWeakRef | None:
-    return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+def _storage(value: Any) -> ti.StorageWeakRef | None:
+    return ti.storage_ref(value)
 
 
 def _fake_of(placeholder: fx.Node, example: Any, fake_mode: ti.FakeTensorMode | None) -> Any:
@@ -299,7 +297,7 @@ class _CaptureWatch(TorchFunctionMode):
             )
         if unrecordable is not None:
             raise UnsupportedCapture(unrecordable)
-        args, kwargs = pytree.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
+        args, kwargs = ti.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
         return func(*args, **kwargs)
 
 

@@ -34,15 +34,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import types
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch import fx, nn
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _torch_internals as ti
 from . import graph_ops
@@ -50,6 +47,7 @@ from .capture import FunctionCapture, UnsupportedCapture, capture_closure, writt
 from .fallbacks import Fallback, FallbackKind
 from .graph_meta import graph_meta
 from .labels import LABEL_KEY, function_label
+from .module_state import getter, module_state, owned_modules, restore_module_state, training_flags
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured, input_alias_groups
 from .runtime import restricted_view_aliasing
 
@@ -84,7 +82,7 @@ _Source = _FromProgram | _FromInput | _Constant
 class _Entry:
     """One trace: how to feed the compiled program and rebuild the function's outputs."""
 
-    out_spec: pytree.TreeSpec | None = None
+    out_spec: ti.TreeSpec | None = None
     program: CompiledProgram | None = None
     eager_reason: str | None = None  # set: run the function eagerly (Note [compile_function falls back to eager])
     used: list[int] = field(default_factory=list)  # positions (user tensors, then lifted) the program takes
@@ -108,17 +106,17 @@ def compile_function(
     # One entry per input key; an entry whose lifted tensors changed (a frozen parameter, a replaced buffer of
     # another shape) is replaced by a new trace.
     cache: dict[Hashable, _Entry] = {}
-    owners = _owned_modules(fn)
+    owners = owned_modules(fn)
 
     def compiled(*args: Any, **kwargs: Any) -> Any:
-        flat, in_spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_leaf)
+        flat, in_spec = ti.tree_flatten((args, kwargs), is_leaf=_is_leaf)
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]
         key = (
             in_spec,
             torch.is_grad_enabled(),
             torch.is_inference_mode_enabled(),
             _metadata_key(flat),
-            _training_flags(owners),
+            training_flags(owners),
         )
         entry = cache.get(key)
         lifted = None
@@ -153,27 +151,27 @@ def _run(entry: _Entry, tensors: list[torch.Tensor]) -> Any:
             leaves.append(tensors[source.index])
         else:
             leaves.append(source.value)
-    return pytree.tree_unflatten(leaves, entry.out_spec)
+    return ti.tree_unflatten(leaves, entry.out_spec)
 
 
 def _compile(
     fn: Callable[..., Any],
     owners: list[tuple[str, nn.Module]],
     flat: list[Any],
-    in_spec: pytree.TreeSpec,
+    in_spec: ti.TreeSpec,
     inner: InnerBackend,
     strict: bool,
 ) -> _Entry:
     tensor_positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
-    out_specs: list[pytree.TreeSpec] = []
+    out_specs: list[ti.TreeSpec] = []
     out_leaves: list[Any] = []
 
     def flat_fn(*tensors: torch.Tensor) -> list[Any]:
         values = list(flat)
         for i, t in zip(tensor_positions, tensors):
             values[i] = t
-        args, kwargs = pytree.tree_unflatten(values, in_spec)
-        leaves, spec = pytree.tree_flatten(fn(*args, **kwargs), is_leaf=_is_leaf)
+        args, kwargs = ti.tree_unflatten(values, in_spec)
+        leaves, spec = ti.tree_flatten(fn(*args, **kwargs), is_leaf=_is_leaf)
         out_specs[:] = [spec]
         out_leaves[:] = leaves
         return [v for v in leaves if isinstance(v, torch.Tensor)]
@@ -182,7 +180,7 @@ def _compile(
     if layouts := sorted({str(t.layout) for t in tensors if t.layout != torch.strided}):
         message = f"an input of layout {', '.join(layouts)}: the capture traces strided tensors"
         return _eager(fn, Fallback(FallbackKind.NON_STRIDED_INPUT, message), strict, None)
-    state = _module_state(owners)
+    state = module_state(owners)
     try:
         capture = capture_closure(flat_fn, tensors)
     except UnsupportedCapture as e:
@@ -191,7 +189,7 @@ def _compile(
         message = f"the pre-dispatch capture failed: {type(e).__name__}: {e}"
         return _eager(fn, Fallback(FallbackKind.CAPTURE_FAILED, message), strict, e)
     finally:
-        rebound = _restore_module_state(owners, state)
+        rebound = restore_module_state(owners, state)
     if rebound:
         message = f"the function rebinds {rebound} (a traced value would be kept)"
         return _eager(fn, Fallback(FallbackKind.REBINDS_MODULE_STATE, message), strict, None)
@@ -200,7 +198,7 @@ def _compile(
         return _eager(fn, mutation, strict, None)
 
     entry = _Entry(out_spec=out_specs[0])
-    entry.lifted = [_getter(t, owners, state) for t in capture.lifted]
+    entry.lifted = [getter(t, owners, state) for t in capture.lifted]
     entry.lifted_key = _metadata_key(tensors + capture.lifted)
     entry.sources = _output_sources(capture, out_leaves)
     entry.used = _prune_unused_inputs(capture.graph)
@@ -329,91 +327,14 @@ def _prune_unused_inputs(gm: fx.GraphModule) -> list[int]:
     return used
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Modules the function owns: their state is looked up by name on every call.
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _owned_modules(fn: Callable[..., Any]) -> list[tuple[str, nn.Module]]:
-    """The module compiled, the module a bound method belongs to, and modules in the closure or named globals."""
-    found: dict[int, tuple[str, nn.Module]] = {}
-
-    def add(name: str, value: Any) -> None:
-        if isinstance(value, nn.Module) and id(value) not in found:
-            found[id(value)] = (name, value)
-
-    add("self", fn)
-    add("self", getattr(fn, "__self__", None))
-    code_fn = fn.forward if isinstance(fn, nn.Module) else getattr(fn, "__func__", fn)
-    if isinstance(code_fn, types.MethodType):
-        code_fn = code_fn.__func__
-    if isinstance(code_fn, types.FunctionType):
-        for name, cell in zip(code_fn.__code__.co_freevars, code_fn.__closure__ or ()):
-            try:
-                add(name, cell.cell_contents)
-            except ValueError:  # an empty cell
-                continue
-        for name in code_fn.__code__.co_names:
-            add(name, code_fn.__globals__.get(name))
-    return list(found.values())
-
-
-_State = dict[int, tuple[nn.Module, str, str, torch.Tensor]]  # id(tensor) -> (owner, name, kind, tensor)
-
-
-def _training_flags(owners: list[tuple[str, nn.Module]]) -> tuple[bool, ...]:
-    # Every submodule: ``model.dropout.eval()`` changes what the trace would record as much as ``model.eval()``.
-    return tuple(m.training for _, owner in owners for m in owner.modules())
-
-
-def _module_state(owners: list[tuple[str, nn.Module]]) -> _State:
-    state: _State = {}
-    for _, module in owners:
-        for name, p in module.named_parameters(remove_duplicate=False):
-            state.setdefault(id(p), (module, name, "parameter", p))
-        for name, b in module.named_buffers(remove_duplicate=False):
-            state.setdefault(id(b), (module, name, "buffer", b))
-    return state
-
-
-def _restore_module_state(owners: list[tuple[str, nn.Module]], state: _State) -> str | None:
-    """Put back any parameter or buffer the trace rebound (to a fake value); name the first one."""
-    rebound = None
-    for module, name, kind, tensor in state.values():
-        current = module.get_parameter(name) if kind == "parameter" else module.get_buffer(name)
-        if current is not tensor:
-            owner_name, _, attr = name.rpartition(".")
-            setattr(module.get_submodule(owner_name), attr, tensor)
-            rebound = rebound or f"{kind} {name}"
-    return rebound
-
-
-def _getter(
-    tensor: torch.Tensor, owners: list[tuple[str, nn.Module]], state: _State
-) -> Callable[[], torch.Tensor | None]:
-    owned = state.get(id(tensor))
-    if owned is None:
-        return lambda: tensor
-    module, name, kind, _ = owned
-    lookup = module.get_parameter if kind == "parameter" else module.get_buffer
-
-    def get() -> torch.Tensor | None:
-        try:
-            return lookup(name)
-        except AttributeError:  # deleted or no longer a parameter/buffer: retrace
-            return None
-
-    return get
-
-
 def _metadata_key(flat: list[Any]) -> tuple[Hashable, ...]:
-    storages: dict[StorageWeakRef, int] = {}
+    storages: dict[ti.StorageWeakRef, int] = {}
     key: list[Hashable] = []
     for a in flat:
         if isinstance(a, torch.Tensor) and a.layout != torch.strided:  # sparse: no storage, no strides
             key.append((a.layout, tuple(a.shape), a.dtype, a.device, a.requires_grad))
         elif isinstance(a, torch.Tensor):
-            storage = storages.setdefault(StorageWeakRef(a.untyped_storage()), len(storages))
+            storage = storages.setdefault(ti.StorageWeakRef(a.untyped_storage()), len(storages))
             key.append(
                 (
                     tuple(a.shape),
@@ -424,7 +345,7 @@ def _metadata_key(flat: list[Any]) -> tuple[Hashable, ...]:
                     a.layout,
                     a.requires_grad,
                     a.is_leaf,
-                    a._is_view() and ti.is_restricted_view(a),
+                    ti.is_view(a) and ti.is_restricted_view(a),
                     storage,
                 )
             )

@@ -19,27 +19,23 @@ raises (both in the report's "errors" section, not among the fallback reasons), 
 
 from __future__ import annotations
 
-import argparse
 import collections
-import importlib
 import json
 import re
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch import fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
+from . import _torch_internals as ti
 from .capture import capture_closure
 from .functionalize import EPILOGUE_TAG
 from .labels import LABEL_KEY, function_label
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, compile_captured
 
-__all__ = ["AutogradSummary", "Explanation", "add_explain_arguments", "explain", "render_graph"]
+__all__ = ["AutogradSummary", "Explanation", "explain", "render_graph"]
 
 
 @dataclass(frozen=True)
@@ -168,7 +164,7 @@ class Explanation:
 
 def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager", **kwargs: Any) -> Explanation:
     """Compile ``fn`` for these arguments with the prototype and report every stage (see the module doc)."""
-    flat, in_spec = pytree.tree_flatten((args, kwargs))
+    flat, in_spec = ti.tree_flatten((args, kwargs))
     tensor_positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
     tensors = [flat[i] for i in tensor_positions]
 
@@ -177,7 +173,7 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
             values = list(flat)
             for i, t in zip(tensor_positions, tensor_args):
                 values[i] = t
-            a, kw = pytree.tree_unflatten(values, in_spec)
+            a, kw = ti.tree_unflatten(values, in_spec)
             return f(*a, **kw)
 
         return call
@@ -185,7 +181,7 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
     eager = calling(fn)
 
     def flat_fn(*tensor_args: torch.Tensor) -> list[Any]:
-        return pytree.tree_leaves(eager(tensor_args))
+        return ti.tree_leaves(eager(tensor_args))
 
     before = list(FALLBACKS)  # kept alive so that ids of old entries cannot be reused by new ones
     logged_before = {id(entry) for entry in before}
@@ -223,7 +219,7 @@ def _raise(error: Exception) -> Callable[..., Any]:
 
 
 def _copies(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    storages = {StorageWeakRef(t.untyped_storage()) for t in tensors}
+    storages = {ti.storage_ref(t) for t in tensors}
     if len(storages) < len(tensors):
         return list(tensors)
     return [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
@@ -233,7 +229,7 @@ def _summarize(
     label: str, run: Callable[[Sequence[torch.Tensor]], Any], tensors: Sequence[torch.Tensor]
 ) -> AutogradSummary:
     try:
-        outs = [o for o in pytree.tree_leaves(run(_copies(tensors))) if isinstance(o, torch.Tensor)]
+        outs = [o for o in ti.tree_leaves(run(_copies(tensors))) if isinstance(o, torch.Tensor)]
     except Exception as e:  # the strategy's failure is part of the explanation
         return AutogradSummary(label, error=_describe(e))
     counts: collections.Counter[str] = collections.Counter()
@@ -257,7 +253,7 @@ def _summarize(
                 order.append(name)
             counts[name] += 1
         queue.extend(f for f, _ in node.next_functions)
-    views = [o for o in outs if o._is_view()]
+    views = [o for o in outs if ti.is_view(o)]
     bases = {id(o._base) for o in views}
     return AutogradSummary(
         label,
@@ -295,122 +291,3 @@ def render_graph(gm: fx.GraphModule, *, mark_epilogue: bool = False) -> str:
             line += "  # epilogue"
         lines.append(line)
     return "\n".join(lines)
-
-
-# --- command line -------------------------------------------------------------------------------------------
-
-_FACTORIES = [
-    "arange",
-    "empty",
-    "eye",
-    "full",
-    "linspace",
-    "ones",
-    "rand",
-    "randint",
-    "randn",
-    "randperm",
-    "tensor",
-    "zeros",
-    "empty_like",
-    "full_like",
-    "ones_like",
-    "rand_like",
-    "randn_like",
-    "zeros_like",
-]
-_DTYPES = [
-    "bfloat16",
-    "bool",
-    "complex64",
-    "complex128",
-    "float16",
-    "float32",
-    "float64",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-]
-
-
-def _evaluate(text: str, template: str, option: str) -> Any:
-    scope: dict[str, Any] = {name: getattr(torch, name) for name in _FACTORIES}
-    scope.update({name: getattr(torch, name) for name in _DTYPES})
-    scope["torch"] = torch
-    scope["__builtins__"] = {"range": range, "list": list, "tuple": tuple, "int": int, "float": float, "dict": dict}
-    try:
-        return eval(template.format(text), scope)
-    except Exception as e:
-        raise UsageError(f"{option} {text!r}: {type(e).__name__}: {e}") from None
-
-
-def parse_args_expression(text: str) -> list[Any]:
-    """``"randn(3, 4, requires_grad=True), ones(2)"`` -> the values, with torch's factories in scope."""
-    return list(_evaluate(text, "({},)", "--args")) if text.strip() else []
-
-
-def parse_kwargs_expression(text: str) -> dict[str, Any]:
-    """``"dim=1, scale=ones(3)"`` -> the keyword arguments, same scope as ``parse_args_expression``."""
-    return dict(_evaluate(text, "dict({})", "--kwargs")) if text.strip() else {}
-
-
-def load_function(spec: str) -> Callable[..., Any]:
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"expected MODULE:FUNCTION, got {spec!r}")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UsageError(f"cannot import module {module_name!r}: {e}") from None
-    except Exception as e:  # the module raised while being imported
-        raise UsageError(f"importing {module_name!r} raised {type(e).__name__}: {e}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"{module_name}:{attr}: {getattr(obj, '__name__', repr(obj))} has no attribute {part!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise UsageError(f"{module_name}:{attr} is a {type(obj).__name__}, not a function")
-    return obj
-
-
-def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mypkg.models:f")
-    parser.add_argument(
-        "--args",
-        default="",
-        help='comma-separated expressions with torch factories in scope, e.g. "randn(50, 50, requires_grad=True)"',
-    )
-    parser.add_argument(
-        "--kwargs",
-        default="",
-        help='keyword arguments, same scope as --args, e.g. "dim=1, scale=ones(3)"',
-    )
-    parser.add_argument("--inner", default="aot_eager", help="inner backend for the core and for stock")
-    parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before evaluating --args")
-    parser.set_defaults(run=run_explain)
-
-
-class UsageError(Exception):
-    """A bad target or argument expression, reported in one line with exit status 2."""
-
-
-def run_explain(args: argparse.Namespace) -> int:
-    """Exit status: 0, 1 when the program or its compilation raised (see the errors section), 2 on bad input."""
-    from .compare.validate import ArgumentError, check_inners
-
-    try:
-        check_inners((args.inner,))
-        fn = load_function(args.function)
-        torch.manual_seed(args.seed)
-        values = parse_args_expression(args.args)
-        kwargs = parse_kwargs_expression(args.kwargs)
-    except (UsageError, ArgumentError) as e:
-        print(f"explain: error: {e}", file=sys.stderr)
-        return 2
-    explanation = explain(fn, *values, inner=args.inner, **kwargs)
-    print(explanation, end="")
-    for error in explanation.errors:
-        print(f"explain: {error}", file=sys.stderr)
-    return 1 if explanation.errors else 0

@@ -47,8 +47,8 @@ _SYM_TARGETS: set[Any] = {
 }
 
 
-def _overload(node: fx.Node) -> torch._ops.OpOverload | None:
-    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+def _overload(node: fx.Node) -> ti.OpOverload | None:
+    if node.op == "call_function" and isinstance(node.target, ti.OpOverload):
         return node.target
     return None
 
@@ -62,7 +62,7 @@ def is_view(node: fx.Node) -> bool:
     op = _overload(node)
     if op is None or op in _NOT_VIEWS:
         return False
-    schema = op._schema
+    schema = ti.schema_of(op)
     if schema.is_mutable or not schema.arguments or not schema.returns:
         return False
     first = schema.arguments[0].alias_info
@@ -85,7 +85,7 @@ _DROPOUTS = {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropo
 
 def returns_its_input(node: fx.Node) -> bool:
     op = _overload(node)
-    if op is None or op._schema.is_mutable or not node.args or not isinstance(node.args[0], fx.Node):
+    if op is None or ti.schema_of(op).is_mutable or not node.args or not isinstance(node.args[0], fx.Node):
         return False
     if _name(op) in _DROPOUTS:
         p, train = [*node.args[1:3], None, None][:2]
@@ -99,21 +99,21 @@ def is_input_returned_by_a_fresh_op(node: fx.Node) -> bool:
     a reader may read the input instead. Not a declared view with the input's geometry: ``_conj``, ``_neg_view``
     or ``view(dtype)`` keep the geometry and change the values."""
     op = _overload(node)
-    return op is not None and op._schema.arguments[0].alias_info is None and returns_its_input(node)
+    return op is not None and ti.schema_of(op).arguments[0].alias_info is None and returns_its_input(node)
 
 
 def _traced_pair(node: fx.Node) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The traced value of ``node`` and of its first argument, when they share storage."""
     value, first = node.meta.get("val"), node.args[0].meta.get("val")  # type: ignore[union-attr]
     tensors = isinstance(value, torch.Tensor) and isinstance(first, torch.Tensor)
-    if tensors and value.untyped_storage()._cdata == first.untyped_storage()._cdata:
+    if tensors and ti.storage_id(value) == ti.storage_id(first):
         return value, first
     return None
 
 
 def _name(op: Any) -> str:
     """``aten::add_`` -> ``add_``."""
-    return op._schema.name.split("::")[-1]
+    return ti.schema_of(op).name.split("::")[-1]
 
 
 def may_return_self(node: fx.Node) -> bool:
@@ -126,7 +126,7 @@ def may_return_self(node: fx.Node) -> bool:
     op = _overload(node)
     if op is None or not is_view(node):
         return False
-    if op._schema.arguments[0].alias_info is None:
+    if ti.schema_of(op).arguments[0].alias_info is None:
         return True
     if (pair := _traced_pair(node)) is None:
         return False
@@ -210,7 +210,7 @@ def is_random(node: fx.Node) -> bool:
 
 def is_multi_output_view(node: fx.Node) -> bool:
     op = _overload(node)
-    return is_view(node) and op is not None and isinstance(op._schema.returns[0].type, torch.ListType)
+    return is_view(node) and op is not None and isinstance(ti.schema_of(op).returns[0].type, torch.ListType)
 
 
 def is_view_getitem(node: fx.Node) -> bool:
@@ -226,11 +226,11 @@ def is_view_getitem(node: fx.Node) -> bool:
 def _written_values(node: fx.Node) -> list[Any]:
     """The arguments a call's schema marks as written (``Tensor(a!)``), as passed: a node, a list of nodes..."""
     op = _overload(node)
-    if op is None or not op._schema.is_mutable:
+    if op is None or not ti.schema_of(op).is_mutable:
         return []
     return [
         node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-        for i, arg in enumerate(op._schema.arguments)
+        for i, arg in enumerate(ti.schema_of(op).arguments)
         if arg.alias_info is not None and arg.alias_info.is_write
     ]
 
@@ -259,7 +259,7 @@ def has_ordered_effect(node: fx.Node) -> bool:
     """A call whose effect is not only on its arguments: it draws random numbers, or fx counts it side-effecting
     without writing an argument (``_assert_async``, profiler records...). Such calls keep their order."""
     op = _overload(node)
-    return op is not None and (is_random(node) or (node.is_impure() and not op._schema.is_mutable))
+    return op is not None and (is_random(node) or (node.is_impure() and not ti.schema_of(op).is_mutable))
 
 
 def is_metadata_mutation(node: fx.Node) -> bool:
@@ -268,16 +268,16 @@ def is_metadata_mutation(node: fx.Node) -> bool:
     return op is not None and torch.Tag.inplace_view in op.tags
 
 
-def out_of_place(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def out_of_place(op: ti.OpOverload) -> ti.OpOverload | None:
     """The op with the same arguments that does not write: t_ -> t, transpose_ -> transpose.int, add_ -> add."""
     name = _name(op)
     packet = getattr(aten, name.rstrip("_"), None)
     if not name.endswith("_") or packet is None:
         return None
-    wanted = [str(a.type) for a in op._schema.arguments]
+    wanted = [str(a.type) for a in ti.schema_of(op).arguments]
     for overload in packet.overloads():
         candidate = getattr(packet, overload)
-        if [str(a.type) for a in candidate._schema.arguments] == wanted:
+        if [str(a.type) for a in ti.schema_of(candidate).arguments] == wanted:
             return candidate
     return None
 
@@ -305,8 +305,8 @@ def is_storage_mutation(node: fx.Node) -> bool:
     )
 
 
-def _is_out_variant(op: torch._ops.OpOverload) -> bool:
-    return any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+def _is_out_variant(op: ti.OpOverload) -> bool:
+    return any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in ti.schema_of(op).arguments)
 
 
 def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:

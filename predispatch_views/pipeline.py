@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _torch_internals as ti
 from . import graph_ops
@@ -95,11 +94,11 @@ def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
 
 def input_alias_groups(example_inputs: Sequence[Any]) -> list[int]:
     """For each input, the index of the first input that shares its storage (itself if none)."""
-    first: dict[StorageWeakRef, int] = {}
+    first: dict[ti.StorageWeakRef, int] = {}
     groups = []
     for i, t in enumerate(example_inputs):
         if isinstance(t, torch.Tensor):
-            groups.append(first.setdefault(StorageWeakRef(t.untyped_storage()), i))
+            groups.append(first.setdefault(ti.StorageWeakRef(t.untyped_storage()), i))
         else:
             groups.append(i)
     return groups
@@ -148,7 +147,7 @@ def compile_captured(
     except Exception as e:  # an engine limitation must never break a program stock compiles
         fallback = _internal_error(e)
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
-        torch._C._set_grad_enabled(grad_enabled)
+        ti.SET_GRAD_ENABLED(grad_enabled)
     if fallback is not None:  # outside the try: stock's own compile errors are the user's, not ours
         if not stock_fallback:
             return _no_fall_back(result, fallback, strict)
@@ -159,7 +158,7 @@ def compile_captured(
         try:  # one compiled function per independent part: Note [Independent parts of the core] in slicing.py
             cores = [inner_fn(p.graph, [example_inputs[i] for i in p.inputs]) for p in result.sliced.parts]
         except Exception as e:
-            torch._C._set_grad_enabled(grad_enabled)
+            ti.SET_GRAD_ENABLED(grad_enabled)
             # The core is not the user's program: it returns bases the program only viewed (perhaps under
             # no_grad), so AOTAutograd can trace a backward the program never asks for. Stock decides.
             fallback = Fallback(
@@ -297,11 +296,11 @@ def _may_return_views(gm: fx.GraphModule) -> bool:
     """
     if any("dropout" in _target_name(n) for n in gm.graph.nodes):
         return True  # fake dropout always allocates; eager's returns its input when p == 0 or not training
-    seen: set[StorageWeakRef] = set()
+    seen: set[ti.StorageWeakRef] = set()
     for p in gm.graph.find_nodes(op="placeholder"):
         value = p.meta.get("example_value")
         if isinstance(value, torch.Tensor):
-            seen.add(StorageWeakRef(value.untyped_storage()))
+            seen.add(ti.StorageWeakRef(value.untyped_storage()))
     for arg in fx.node.map_aggregate(gm.graph.output_node().args[0], lambda a: a) or ():
         if not isinstance(arg, fx.Node):
             continue
@@ -309,8 +308,8 @@ def _may_return_views(gm: fx.GraphModule) -> bool:
         if arg.op == "placeholder" or value is None:
             return True
         if isinstance(value, torch.Tensor):
-            storage = StorageWeakRef(value.untyped_storage())
-            if value._is_view() or storage in seen:
+            storage = ti.StorageWeakRef(value.untyped_storage())
+            if ti.is_view(value) or storage in seen:
                 return True
             seen.add(storage)
     return False

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _torch_internals as ti
 from .graph_ops import is_grad_mode_change
@@ -57,7 +56,7 @@ class EpilogueCodegen:
         lines = ["def run(*args):", "    grad_enabled = _is_grad_enabled()", "    try:"]
         lines += [f"        {line}" for line in body]
         lines += ["    finally:", "        _set_grad_enabled(grad_enabled)"]
-        self.globals.update(_is_grad_enabled=torch.is_grad_enabled, _set_grad_enabled=torch._C._set_grad_enabled)
+        self.globals.update(_is_grad_enabled=torch.is_grad_enabled, _set_grad_enabled=ti.SET_GRAD_ENABLED)
         return "\n".join(lines) + "\n"
 
     def _body(self, sliced: SlicedProgram, call_core: bool) -> list[str]:
@@ -145,14 +144,14 @@ def _as_tuple(outputs: Any) -> tuple[Any, ...]:
 
 def _readable_name(target: Any) -> str:
     # aten.unbind.int -> "aten_unbind_int", operator.floordiv -> "floordiv": the source reads like the graph.
-    name = str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", "op")
+    name = str(target) if isinstance(target, ti.OpOverload) else getattr(target, "__name__", "op")
     return "".join(c if c.isalnum() else "_" for c in name) + "_"
 
 
 def _fast_callable(target: Any) -> Callable[..., Any]:
     # OpOverload.__call__ is a Python frame around the C++ op; call the C++ op directly.
-    if isinstance(target, torch._ops.OpOverload):
-        return target._op
+    if isinstance(target, ti.OpOverload):
+        return ti.overload_packet(target)
     return target
 
 
@@ -208,7 +207,7 @@ def uncompiled_when_a_restricted_view_is_written(
         try:
             return gm(*args)
         finally:  # Dynamo's graph toggles grad mode without try/finally; eager's ``with`` blocks restore it
-            torch._C._set_grad_enabled(grad_enabled)
+            ti.SET_GRAD_ENABLED(grad_enabled)
 
     return run
 
@@ -221,7 +220,7 @@ def restricted_view_aliasing(
     restricted = [
         k
         for k in (range(len(args)) if candidates is None else candidates)
-        if isinstance(t := args[k], torch.Tensor) and t.requires_grad and t._is_view() and ti.is_restricted_view(t)
+        if isinstance(t := args[k], torch.Tensor) and t.requires_grad and ti.is_view(t) and ti.is_restricted_view(t)
     ]
     if not restricted:
         return None
@@ -229,5 +228,5 @@ def restricted_view_aliasing(
     return next((k for k in restricted if _storage(args[k]) in storages), None)
 
 
-def _storage(t: Any) -> StorageWeakRef | None:
-    return StorageWeakRef(t.untyped_storage()) if isinstance(t, torch.Tensor) else None
+def _storage(t: Any) -> ti.StorageWeakRef | None:
+    return ti.storage_ref(t)

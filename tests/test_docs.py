@@ -7,7 +7,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
-from predispatch_views import fallbacks
+from predispatch_views import fallback_docs, fallbacks
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "predispatch_views"
@@ -16,9 +16,9 @@ REASON_MODULES = ("fallback_rules.py", "capture.py", "pipeline.py", "compile_fun
 
 
 def test_documents_hold_the_generated_fallback_list() -> None:
-    for name, kind in fallbacks.DOCUMENTS.items():
-        blocks = fallbacks.rendered_blocks((ROOT / name).read_text(), kind)
-        assert blocks == [fallbacks.RENDER[kind]() + "\n"], f"{name}: run python -m predispatch_views.fallbacks"
+    for name, kind in fallback_docs.DOCUMENTS.items():
+        blocks = fallback_docs.rendered_blocks((ROOT / name).read_text(), kind)
+        assert blocks == [fallback_docs.RENDER[kind]() + "\n"], f"{name}: run python -m predispatch_views.fallback_docs"
 
 
 def test_every_entry_names_a_message_its_module_produces() -> None:
@@ -33,6 +33,9 @@ def _literal(node: ast.expr) -> str | None:
     if isinstance(node, ast.JoinedStr):
         return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
     return None
+
+
+MESSAGE_NAMES = ("reason", "message")
 
 
 def _reason_literals(tree: ast.Module) -> list[str]:
@@ -50,7 +53,7 @@ def _reason_literals(tree: ast.Module) -> list[str]:
             "_eager",
         ):
             candidates = list(node.args)
-        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("reason", "message") for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) in MESSAGE_NAMES for t in node.targets):
             candidates = [node.value]
         elif isinstance(node, ast.FunctionDef) and node.returns and ast.unparse(node.returns) == "str | None":
             candidates = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]

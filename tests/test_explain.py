@@ -18,7 +18,8 @@ from torch import fx
 
 import predispatch_views
 from predispatch_views.__main__ import main
-from predispatch_views.explain import Explanation, explain, parse_args_expression
+from predispatch_views.explain import Explanation, explain
+from predispatch_views.explain_cli import parse_args_expression
 from predispatch_views.functionalize import EPILOGUE_TAG
 
 

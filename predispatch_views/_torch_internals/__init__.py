@@ -3,45 +3,9 @@
 A torch upgrade should only need changes here. ``CHECKED_ON`` below names, per API, the torch releases it was
 checked on (Note [Private APIs per torch release]); the supported range is in _torch_support.py.
 
-Relied on:
-- ``torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True)``: tracing above autograd, so the graph
-  holds the calls autograd sees (``chunk``, ``tensor_split``, ``unbind``... as written, CIA ops not decomposed).
-- ``torch._subclasses.functional_tensor.FunctionalTensorMode(pre_dispatch=True)`` and AOTAutograd's
-  ``functional_utils`` (``to_fun``, ``from_fun``, ``has_data_mutation``):
-  functionalization at the pre-dispatch level.
-- ``torch._dispatch.python.enable_python_dispatcher``.
-- ``torch._guards.detect_fake_mode`` and ``torch._subclasses.fake_tensor.FakeTensorMode``.
-- ``FakeTensorMode(allow_non_fake_inputs=True)`` under make_fx records a tensor the traced function did not
-  receive as a ``get_attr`` constant holding that tensor itself (compile_function lifts those into inputs,
-  Note [Lifting closed-over tensors] in capture.py).
-- ``torch._dynamo.backends.registry.lookup_backend``, ``register_backend``, ``_COMPILER_FNS``, ``_BACKENDS`` and
-  ``_discover_entrypoint_backends``: registering the backend name (entry point or not).
-- ``torch._guards.TracingContext.tensor_to_context``: Dynamo's symbolic context of each real input.
-- ``torch._inductor.compile_fx.compile_fx``: the default inner backend.
-- ``torch._TorchCompileInductorWrapper``: what plain ``torch.compile(fn)`` uses; the experimental flag hooks it.
-- ``torch._functionalize_is_multi_output_view``: what the unsafe fix keys on (stock strategies in compare/).
-- ``torch._functorch.config.view_replay_for_aliased_outputs`` and
-  ``torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base``: the legacy as_strided regeneration.
-- ``torch._functorch.config.enable_autograd_cache`` and ``torch._inductor.config.fx_graph_cache``.
-- ``torch._C._set_grad_enabled``: how a grad-mode change appears in a pre-dispatch graph.
-- ``torch.ops.higher_order.autograd_function_apply``: how Dynamo records a custom autograd.Function.
-- ``torch.amp.autocast_mode._enter_autocast`` / ``_exit_autocast``: how an autocast region appears in a
-  pre-dispatch graph (tests check the capture records it).
-- ``torch._dynamo.compiled_autograd._enable``: compiled autograd with a given graph compiler (tests).
-- ``torch._dynamo.utils.counters``: AOTAutograd and FX graph cache hits and misses (tests), CUDA graphs skipped
-  (scripts/cudagraph_check.py).
-- ``torch.testing._internal.two_tensor.TwoTensor``: torch's reference wrapper tensor subclass (tests).
-- ``GraphModule.compile_subgraph_reason.user_stack`` and ``gm.meta["dynamo_compile_id"]``, which Dynamo's
-  OutputGraph sets on the graph it hands a backend: the user's frame a fallback entry names;
-  ``compile_subgraph_reason.graph_break``: Dynamo resumes after the graph, and
-  ``torch._dynamo.resume_execution.TORCH_DYNAMO_RESUME_IN_PREFIX``, the name of the resume functions Dynamo
-  compiles after a graph break (analysis.py needs both).
-- ``torch._C._autograd._get_creation_meta``, ``_set_creation_meta`` and ``CreationMeta``, the
-  ``torch._C._functionalization`` ViewMeta classes (``unbind_int_ViewMeta``, ``split_Tensor_ViewMeta``,
-  ``split_with_sizes_ViewMeta``: their ``as_tuple()`` layout) and ``apply_view_meta_sequence``: the
-  ``slice_regen`` strategy (pytorch PR #194037 emulated outside torch).
-- ``torch._guards.TracingContext.get_traced_code()``: the code objects Dynamo inlined into the graph it hands
-  the backend (capture.py finds an autograd.Function forward Dynamo inlined because nothing required grad).
+Each entry of ``CHECKED_ON`` names one private API the engine relies on and why it is needed where the name
+alone does not say; the engine's other modules reach torch's internals only through the names below
+(tests/test_engine_layout.py checks it).
 """
 
 from __future__ import annotations
@@ -60,9 +24,11 @@ from torch._functorch._aot_autograd.functional_utils import (
     to_fun,
 )
 from torch._guards import detect_fake_mode
+from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
     "AUTOGRAD_FUNCTION_APPLY",
@@ -71,6 +37,9 @@ __all__ = [
     "FakeTensor",
     "FakeTensorMode",
     "FunctionalTensorMode",
+    "OpOverload",
+    "StorageWeakRef",
+    "TreeSpec",
     "as_strided_output_regeneration",
     "autocast_region_markers",
     "compile_caches_disabled",
@@ -88,22 +57,31 @@ __all__ = [
     "inductor_compile_fx",
     "inductor_wrapper_class",
     "is_restricted_view",
+    "is_view",
     "lookup_backend",
     "make_fx",
     "multi_output_view_optimization_disabled",
+    "overload_packet",
+    "schema_of",
     "slice_output_regeneration",
     "starts_after_graph_break",
     "storage_id",
+    "storage_ref",
     "to_fun",
     "trace_pre_dispatch",
+    "tree_flatten",
     "tree_leaves",
     "tree_map_only",
+    "tree_unflatten",
     "two_tensor_class",
 ]
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
 tree_leaves = pytree.tree_leaves
 tree_map_only = pytree.tree_map_only
+tree_flatten = pytree.tree_flatten
+tree_unflatten = pytree.tree_unflatten
+TreeSpec = pytree.TreeSpec
 AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 
 # Note [Private APIs per torch release]
@@ -163,6 +141,24 @@ def eval_dropout_is_traced_as_its_input() -> bool:
 
     probe = torch.empty(0)
     return decompositions.dropout(probe, 0.5, False) is probe
+
+
+def storage_ref(t: Any) -> StorageWeakRef | None:
+    """A hashable reference to the storage a tensor views (None for anything else)."""
+    return StorageWeakRef(t.untyped_storage()) if isinstance(t, torch.Tensor) else None
+
+
+def is_view(t: torch.Tensor) -> bool:
+    return t._is_view()
+
+
+def schema_of(op: OpOverload) -> torch.FunctionSchema:
+    return op._schema
+
+
+def overload_packet(op: OpOverload) -> Any:
+    """The ``torch.ops.aten.x`` callable of ``torch.ops.aten.x.overload``: it dispatches as the user's call did."""
+    return op._op
 
 
 def storage_id(t: torch.Tensor) -> int:
@@ -352,118 +348,5 @@ def two_tensor_class() -> type:
     return TwoTensor
 
 
-@contextlib.contextmanager
-def as_strided_output_regeneration() -> Iterator[None]:
-    """Regenerate aliased outputs with as_strided, as AOTAutograd did before view replay (2023).
-
-    Today's ``gen_alias_from_base`` replays the output's autograd view function even with
-    ``view_replay_for_aliased_outputs=False``; the runtime wrappers bind it by name at compile time, so this
-    swaps in a version that always takes its as_strided path (what #111411 describes: one AsStridedBackward0
-    per output).
-    """
-    from torch._functorch._aot_autograd import runtime_wrappers
-
-    original = runtime_wrappers.gen_alias_from_base
-
-    def as_strided_alias(
-        base: torch.Tensor, target: torch.Tensor, requires_grad: bool, *args: Any, **kwargs: Any
-    ) -> torch.Tensor:
-        if base.dtype != target.dtype or base.is_complex() != target.is_complex():
-            return original(base, target, requires_grad, *args, **kwargs)
-        out = base.as_strided(target.size(), target.stride(), target.storage_offset())
-        if base.requires_grad and not requires_grad:
-            out = out.detach()
-        elif not base.requires_grad and requires_grad:
-            out.requires_grad_(True)
-        return out
-
-    runtime_wrappers.gen_alias_from_base = as_strided_alias
-    try:
-        with functorch_config.patch(view_replay_for_aliased_outputs=False):
-            yield
-    finally:
-        runtime_wrappers.gen_alias_from_base = original
-
-
-# The multi-output view ViewMetas and how one output of each is one select/narrow of the base, read from
-# ``as_tuple()``: (has_symbolic_inputs, out_index, is_multi_output, inverse_return_mode, *op arguments).
-def _one_output(base: torch.Tensor, view_meta: Any) -> torch.Tensor | None:
-    from torch._C import _functionalization as F
-
-    if isinstance(view_meta, F.unbind_int_ViewMeta):
-        _, index, _, _, dim = view_meta.as_tuple()
-        return base.select(dim, index)
-    if isinstance(view_meta, F.split_Tensor_ViewMeta):
-        _, index, _, _, split_size, dim = view_meta.as_tuple()
-        start = index * split_size
-        return base.narrow(dim, start, min(split_size, base.size(dim) - start))
-    if isinstance(view_meta, F.split_with_sizes_ViewMeta):
-        _, index, _, _, sizes, dim = view_meta.as_tuple()
-        return base.narrow(dim, sum(sizes[:index]), sizes[index])
-    return None
-
-
-def _is_multi_output(view_meta: Any) -> bool:
-    from torch._C import _functionalization as F
-
-    return isinstance(view_meta, (F.unbind_int_ViewMeta, F.split_Tensor_ViewMeta, F.split_with_sizes_ViewMeta))
-
-
-def _mark_multi_output(view: torch.Tensor) -> None:
-    """What autograd's refusal to mutate an output of a multi-output view keys on; like #194037, only DEFAULT is
-    overwritten (a view made under no_grad or inference mode already has a more specific reason)."""
-    meta = torch._C._autograd
-    if view._is_view() and meta._get_creation_meta(view) == meta.CreationMeta.DEFAULT:
-        meta._set_creation_meta(view, meta.CreationMeta.MULTI_OUTPUT_NODE)
-
-
-def replay_with_slices(base: torch.Tensor, view_metas: Any) -> torch.Tensor:
-    """Apply a ViewMeta sequence to ``base``, building each multi-output view step as one select/narrow."""
-    from torch._C import _functionalization as F
-
-    out = base
-    for view_meta in view_metas:
-        one = _one_output(out, view_meta)
-        if one is None:
-            out = F.apply_view_meta_sequence(out, [view_meta])
-        else:
-            _mark_multi_output(one)
-            out = one
-    return out
-
-
-@contextlib.contextmanager
-def slice_output_regeneration() -> Iterator[None]:
-    """Regenerate each aliased output of split/split_with_sizes/unbind as one select/narrow of its base, marked
-    CreationMeta MULTI_OUTPUT_NODE: pytorch PR #194037's idea (it changed functionalization's ViewMeta codegen)
-    applied where AOTAutograd regenerates aliased outputs. Use with the unsafe fix off, so that such outputs
-    are aliased outputs at all."""
-    from torch._functorch._aot_autograd import runtime_wrappers
-
-    original = runtime_wrappers.gen_alias_from_base
-
-    def sliced_alias(
-        base: torch.Tensor, target: torch.Tensor, requires_grad: bool, view_metas: Any = None, **kwargs: Any
-    ) -> torch.Tensor:
-        if (
-            not kwargs.get("replay_views")
-            or view_metas is None
-            or any(vm.has_symbolic_inputs for vm in view_metas.sequence)
-            or not any(_is_multi_output(vm) for vm in view_metas.sequence)
-        ):
-            return original(base, target, requires_grad, view_metas, **kwargs)
-        out = replay_with_slices(base, view_metas.sequence)
-        if out.shape != target.shape:
-            raise AssertionError(f"slice regeneration gave shape {tuple(out.shape)}, expected {tuple(target.shape)}")
-        if base.requires_grad and not requires_grad:
-            out = out.detach()
-        elif not base.requires_grad and requires_grad:
-            out.requires_grad_(True)
-        return out
-
-    runtime_wrappers.gen_alias_from_base = sliced_alias
-    try:
-        with functorch_config.patch(view_replay_for_aliased_outputs=True):
-            yield
-    finally:
-        runtime_wrappers.gen_alias_from_base = original
+# The stock variants the comparison emulates (compare/strategies.py): AOTAutograd's output regeneration patched.
+from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402
