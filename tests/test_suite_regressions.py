@@ -124,13 +124,41 @@ def test_compiled_autograd_gradients_match_eager() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="torch 2.13's compiled autograd does not materialize an undefined gradient that a C++ node (the "
-    "replayed UnbindBackward0) hands to an autograd.Function's backward (the compiled core); stock fails the same "
-    "way when the user unbinds its output (design/04, known limits)",
+    "replayed UnbindBackward0) hands to an autograd.Function's backward (the compiled core); eager code fails the "
+    "same way (test_the_torch_bug_behind_the_undefined_gradient_xfail), and stock when the user unbinds its output "
+    "(design/04, known limits)",
 )
 def test_undefined_gradients_through_a_replayed_view_under_compiled_autograd() -> None:
     x = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
     with torch._dynamo.config.patch(compiled_autograd=True):
         torch.compile(lambda: torch.autograd.gradcheck(mul_unbind, x), backend=_backend())()
+
+
+class _Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2  # the eager engine hands zeros for an undefined gradient (materialize_grads)
+
+
+@pytest.mark.parametrize("compiled_autograd", [False, True], ids=["eager_engine", "compiled_autograd"])
+def test_the_torch_bug_behind_the_undefined_gradient_xfail(compiled_autograd: bool) -> None:
+    # The xfail above without torch.compile: eager code whose autograd.Function feeds an unbind. Under compiled
+    # autograd (torch 2.13) the Function's backward gets None where the eager engine gives zeros. When this test
+    # fails, torch fixed it: drop the xfail above.
+    x = torch.randn(3, 4, requires_grad=True)
+    outs = [torch._C._functions.UndefinedGrad()(o) for o in _Double.apply(x).unbind(0)]
+    grads = [torch.zeros_like(o) for o in outs]
+    if not compiled_autograd:
+        (g,) = torch.autograd.grad(outs, [x], grads, allow_unused=True)
+        assert g is not None and not g.any()
+        return
+    compiled = torch._dynamo.compiled_autograd._enable(torch.compile(backend="eager"))
+    with compiled, pytest.raises(TypeError, match="unsupported operand type"):
+        torch.autograd.grad(outs, [x], grads, allow_unused=True)
 
 
 def test_engine_errors_outside_the_pipeline_fall_back(monkeypatch, caplog) -> None:
