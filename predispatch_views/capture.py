@@ -10,18 +10,23 @@ from __future__ import annotations
 import contextlib
 import dis
 import itertools
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import fx
-from torch.overrides import TorchFunctionMode
 
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
+
+
+class UnsupportedCapture(Exception):
+    """The function does something a pre-dispatch trace would silently drop; ``reason`` says what."""
+
+    def __init__(self, fallback: Fallback) -> None:
+        super().__init__(fallback.reason)
+        self.fallback = fallback
 
 
 def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
@@ -54,12 +59,25 @@ def capture_limitation(gm: fx.GraphModule) -> Fallback | None:
                 FallbackKind.INFERENCE_MODE_IN_GRAPH,
                 "an inference_mode region inside the graph (pre-dispatch tracing does not record it)",
             )
-        if n.target is ti.AUTOGRAD_FUNCTION_APPLY:
+        if n.target is ti.AUTOGRAD_FUNCTION_APPLY and n.kwargs.get("dirty_idx"):
+            # Note [Custom autograd.Functions in the core]
             return Fallback(
                 FallbackKind.AUTOGRAD_FUNCTION_IN_GRAPH,
-                "a custom autograd.Function (pre-dispatch tracing inlines its forward and drops its backward)",
+                "a custom autograd.Function that marks an input dirty (an in-place write inside an op the core "
+                "keeps opaque)",
             )
-    if inlined := [c.__qualname__ for c in ti.inlined_autograd_functions() if _may_return_an_input(c.forward)]:
+    return None
+
+
+def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
+    """A custom autograd.Function whose forward Dynamo inlined as plain code because no input required grad.
+
+    Dynamo traced the forwards of the Functions the capture keeps as nodes too (Note [Custom autograd.Functions in
+    the core]): those whose lines the nodes' forward graphs record are not counted. Asked after the capture, where
+    a kept Function that returns an input has fallen back with its own reason."""
+    kept = _frames_of_kept_forwards(gm)
+    inlined = [c for c in ti.inlined_autograd_functions() if _may_return_an_input(c.forward)]
+    if inlined := [c.__qualname__ for c in inlined if not _runs_in(c.forward, kept)]:
         # Eager returns an input the forward gives back as a view of it (``view_as``), even without grad; the
         # inlined graph returns the input itself (fuzzer s52_376, where stock's output was a view for another
         # reason and matched).
@@ -69,6 +87,26 @@ def capture_limitation(gm: fx.GraphModule) -> Fallback | None:
             "input it returns would be the input itself, where eager's is a view of it",
         )
     return None
+
+
+def _frames_of_kept_forwards(gm: fx.GraphModule) -> set[tuple[str, int]]:
+    """(file, line) of every frame the forward graphs of the graph's ``autograd_function_apply`` nodes record."""
+    frames: set[tuple[str, int]] = set()
+    for n in gm.graph.find_nodes(op="call_function", target=ti.AUTOGRAD_FUNCTION_APPLY):
+        forward = getattr(gm, str(n.args[0].target), None) if isinstance(n.args[0], fx.Node) else None
+        for m in forward.graph.nodes if isinstance(forward, fx.GraphModule) else ():
+            for line in (m.meta.get("stack_trace") or "").splitlines():
+                filename, found, rest = line.strip().removeprefix('File "').partition('", line ')
+                if found:
+                    frames.add((filename, int(rest.split(",")[0])))
+    return frames
+
+
+def _runs_in(fn: Callable[..., Any], frames: set[tuple[str, int]]) -> bool:
+    """Whether one of ``frames`` is a line of ``fn``."""
+    code = getattr(fn, "__code__", None)
+    lines = [line for _, _, line in code.co_lines() if line is not None] if code is not None else []
+    return bool(lines) and any(f == code.co_filename and min(lines) <= k <= max(lines) for f, k in frames)
 
 
 def _may_return_an_input(forward: Callable[..., Any]) -> bool:
@@ -139,9 +177,37 @@ def _fake_of(placeholder: fx.Node, example: Any, fake_mode: ti.FakeTensorMode | 
 def _as_callable(gm: fx.GraphModule) -> Callable[..., Any]:
     # Dynamo graphs return a tuple; make_fx wants a plain function of positional inputs.
     def run(*args: Any) -> Any:
-        return gm(*args)
+        return _KeepingCustomFunctions(gm).run(*args)
 
     return run
+
+
+class _KeepingCustomFunctions(fx.Interpreter):
+    """Runs Dynamo's graph under the trace, recording each custom autograd.Function (Dynamo's
+    ``autograd_function_apply``, its forward and backward as graphs) as one node.
+
+    Note [Custom autograd.Functions in the core]
+    Traced through, the Function's forward would be recorded under no_grad and its backward dropped. Recorded as
+    one node, it reaches the inner backend as it reaches it from stock: AOTAutograd traces the joint graph through
+    the user's backward. To the rules it is an opaque differentiable op of the core whose backward may read
+    anything. Not kept (capture_limitation falls back): ``mark_dirty`` (an in-place write the rules would not
+    see), and a forward that returns an input (autograd.Function returns a view of it; AOTAutograd would
+    regenerate that output from the input, around the user's backward)."""
+
+    def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if target is not ti.AUTOGRAD_FUNCTION_APPLY:
+            return super().call_function(target, args, kwargs)
+        out = ti.record_opaque_call(target, args, kwargs)
+        inputs = {_storage(a) for a in args if isinstance(a, torch.Tensor)}
+        if any(_storage(o) in inputs for o in ti.tree_leaves(out) if isinstance(o, torch.Tensor)):
+            raise UnsupportedCapture(
+                Fallback(
+                    FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,
+                    "a custom autograd.Function returns an input (eager returns a view of it, with the Function's "
+                    "backward; AOTAutograd would regenerate it from the input around that backward)",
+                )
+            )
+        return out
 
 
 def capture_function(
@@ -152,245 +218,3 @@ def capture_function(
     fakes = [fake_mode.from_tensor(t) for t in flat_tensors]
     with fake_mode:
         return ti.trace_pre_dispatch(flat_fn, fakes), fake_mode
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The no-Dynamo path of compile_function: closed-over tensors, and what a pre-dispatch trace cannot record.
-# ---------------------------------------------------------------------------------------------------------
-
-
-class UnsupportedCapture(Exception):
-    """The function does something a pre-dispatch trace would silently drop; ``reason`` says what."""
-
-    def __init__(self, fallback: Fallback) -> None:
-        super().__init__(fallback.reason)
-        self.fallback = fallback
-
-
-@dataclass
-class FunctionCapture:
-    """A pre-dispatch graph of a function of tensors whose closed-over tensors are lifted into inputs.
-
-    The placeholders are the function's tensor inputs, then one per entry of ``lifted``: the real tensors the
-    function read without receiving them (module parameters and buffers, closed-over or global tensors), in
-    the order the trace met them. ``inputs`` are the fakes of the function's tensor inputs.
-    """
-
-    graph: fx.GraphModule
-    fake_mode: ti.FakeTensorMode
-    inputs: list[torch.Tensor]
-    lifted: list[torch.Tensor]
-
-
-def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[torch.Tensor]) -> FunctionCapture:
-    """Trace ``flat_fn`` (returning a flat list of tensors) with static shapes, lifting closed-over tensors.
-
-    Note [Lifting closed-over tensors]
-    A function may read tensors it does not receive: ``lin(x)`` reads ``lin.weight``. With a fake mode that
-    allows real tensors, make_fx records each such tensor as a ``get_attr`` constant holding the real tensor
-    itself (by identity); turning those nodes into trailing placeholders and passing the same real tensors on
-    every call is what aot_module / functional_call do with a module's state: autograd of the compiled program
-    reaches the real parameters (``.grad`` lands on them) and in-place updates (an optimizer step, a running
-    stat) are seen by the next call. A constant the function creates itself (``torch.tensor([1., 2.])``) is
-    read through ``lift_fresh_copy`` and stays a constant: eager makes a fresh one on every call.
-
-    Raises UnsupportedCapture for calls the trace would silently drop (Note [What the trace cannot record]).
-    """
-    fake_mode = ti.FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [fake_mode.from_tensor(t) for t in flat_tensors]
-    watch = _CaptureWatch(fake_mode)
-
-    def watched(*args: Any) -> list[Any]:
-        with watch, _autograd_functions_refused():
-            return flat_fn(*args)
-
-    rng_state = torch.get_rng_state()
-    with fake_mode:
-        gm = ti.trace_pre_dispatch(watched, fakes)
-    if not torch.equal(torch.get_rng_state(), rng_state):
-        # Fake random ops draw nothing, so the real generator moved only because the function set it
-        # (``torch.manual_seed``, ``set_rng_state``): the trace records no such call (OpInfo's wrapper_set_seed).
-        torch.set_rng_state(rng_state)
-        raise UnsupportedCapture(_SETS_RNG)
-    lifted = _lift_constants(gm, watch.real_of)
-    return FunctionCapture(gm, fake_mode, fakes, lifted)
-
-
-def _lift_constants(gm: fx.GraphModule, real_of: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-    """Turn every get_attr of a tensor from outside the function into a trailing placeholder."""
-    graph = gm.graph
-    placeholders = list(graph.find_nodes(op="placeholder"))
-    by_tensor: dict[int, fx.Node] = {}
-    lifted: list[torch.Tensor] = []
-    for n in list(graph.find_nodes(op="get_attr")):
-        value = getattr(gm, n.target)  # type: ignore[arg-type]
-        if not isinstance(value, torch.Tensor) or _created_inside(n):
-            continue
-        if id(value) in real_of:
-            value = real_of[id(value)][1]
-        elif isinstance(value, ti.FakeTensor):
-            raise AssertionError(f"a fake constant {n.target} the capture did not make")
-        placeholder = by_tensor.get(id(value))
-        if placeholder is None:
-            anchor = placeholders[-1] if placeholders else None
-            ctx = graph.inserting_after(anchor) if anchor is not None else graph.inserting_before(None)
-            with ctx:
-                placeholder = graph.placeholder(f"lifted_{len(lifted)}")
-            placeholder.meta = dict(n.meta)
-            placeholders.append(placeholder)
-            by_tensor[id(value)] = placeholder
-            lifted.append(value)
-        n.replace_all_uses_with(placeholder)
-        graph.erase_node(n)
-        delattr(gm, n.target)  # type: ignore[arg-type]
-    gm.recompile()
-    return lifted
-
-
-def _created_inside(get_attr: fx.Node) -> bool:
-    # torch.tensor(...) inside the function: make_fx stores the value and copies it with lift_fresh_copy.
-    fresh = (torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift_fresh.default)
-    return bool(get_attr.users) and all(u.target in fresh for u in get_attr.users)
-
-
-class _CaptureWatch(TorchFunctionMode):
-    """Fakify the real tensors a traced function reads, and refuse what the trace cannot record.
-
-    A real tensor (a parameter, a closed-over tensor) reaching a torch call is replaced by its fake, memoized,
-    and remembered in ``real_of`` (id of the fake -> (fake, real)): make_fx then records it as a ``get_attr``
-    constant that _lift_constants maps back to the real tensor. Letting the fake mode convert real tensors
-    itself is not enough: an in-place call whose only tensor is real (``num_batches_tracked.add_(1)``) is
-    constant-folded by FakeTensorMode, on the real tensor, during the trace.
-
-    Note [What the trace cannot record]
-    A pre-dispatch trace records ATen calls; it runs, but does not record, calls that only change autograd
-    state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
-    hooks (``register_hook``, ``retain_grad``), a backward pass inside the function (``torch.autograd.grad``:
-    its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said), and an
-    ``inference_mode`` region (compiled with autograd on: its results would not be inference tensors). Custom
-    ``autograd.Function``s are inlined: their forward is traced and their backward is lost. Each raises
-    UnsupportedCapture with what it saw.
-    """
-
-    def __init__(self, fake_mode: ti.FakeTensorMode) -> None:
-        super().__init__()
-        self.fake_mode = fake_mode
-        self.real_of: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.inference_mode = torch.is_inference_mode_enabled()
-
-    def _fake(self, t: torch.Tensor) -> torch.Tensor:
-        if isinstance(t, ti.FakeTensor):
-            return t
-        fake = self.fake_mode.from_tensor(t)
-        self.real_of[id(fake)] = (fake, t)
-        return fake
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        unrecordable = _unrecordable(func, args, kwargs)
-        if unrecordable is None and torch.is_inference_mode_enabled() != self.inference_mode:
-            unrecordable = Fallback(
-                FallbackKind.INFERENCE_MODE_IN_FUNCTION,
-                "an inference_mode region inside the function is not recorded by the trace",
-            )
-        if unrecordable is not None:
-            raise UnsupportedCapture(unrecordable)
-        args, kwargs = ti.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
-        return func(*args, **kwargs)
-
-
-_BACKWARD_CALLS = {torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward}
-_HOOK_CALLS = {torch.Tensor.register_hook, torch.Tensor.retain_grad, torch.Tensor.register_post_accumulate_grad_hook}
-
-
-def _unrecordable(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Fallback | None:
-    name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
-    if func in _BACKWARD_CALLS:
-        message = f"a backward pass inside the function ({name}) is not recorded by the trace"
-        return Fallback(FallbackKind.BACKWARD_IN_FUNCTION, message)
-    if func in _HOOK_CALLS:
-        return Fallback(FallbackKind.HOOKS_IN_FUNCTION, f"{name} inside the function: hooks on traced tensors are lost")
-    wanted = None
-    if func is torch.Tensor.requires_grad_:
-        wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
-    elif func == _REQUIRES_GRAD_SETTER:  # a new method-wrapper object on every access: compare by ==
-        wanted = args[1]
-    if wanted is not None and isinstance(args[0], torch.Tensor) and bool(wanted) != args[0].requires_grad:
-        message = f"requires_grad_({bool(wanted)}) inside the function is not recorded by the trace"
-        return Fallback(FallbackKind.REQUIRES_GRAD_IN_FUNCTION, message)
-    return None
-
-
-_REQUIRES_GRAD_SETTER = torch.Tensor.requires_grad.__set__  # type: ignore[attr-defined]
-
-
-_refusing = threading.local()
-_guard_lock = threading.Lock()
-_guard_users = [0]  # captures in flight, all threads: Function.apply stays wrapped until the last one ends
-
-
-@contextlib.contextmanager
-def _autograd_functions_refused() -> Iterator[None]:
-    """Custom autograd.Function calls in this thread raise UnsupportedCapture (Note [What the trace cannot
-    record]). ``Function.apply`` is wrapped only while captures run; other threads call through unchanged."""
-    function_class = torch.autograd.Function
-    with _guard_lock:
-        if _guard_users[0] == 0:
-            function_class.apply = classmethod(_refusing_apply(function_class.__dict__["apply"]))  # type: ignore[method-assign]
-            for module, name in _RNG_SETTERS:
-                setattr(module, name, _refusing_rng_setter(getattr(module, name)))
-        _guard_users[0] += 1
-    previous = getattr(_refusing, "active", False)
-    _refusing.active = True
-    try:
-        yield
-    finally:
-        _refusing.active = previous
-        with _guard_lock:
-            _guard_users[0] -= 1
-            if _guard_users[0] == 0:
-                function_class.apply = function_class.__dict__["apply"].__func__.original  # type: ignore[method-assign]
-                for module, name in _RNG_SETTERS:
-                    setattr(module, name, getattr(module, name).original)
-
-
-# Calls that set the random number generator: the trace records none of them (OpInfo's wrapper_set_seed seeds
-# inside freeze_rng_state, which restores the state, so the generator looks unmoved after the trace).
-_RNG_SETTERS = [
-    (torch, "manual_seed"),
-    (torch.random, "manual_seed"),
-    (torch, "set_rng_state"),
-    (torch.random, "set_rng_state"),
-]
-
-
-_SETS_RNG = Fallback(
-    FallbackKind.SETS_RNG,
-    "the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not "
-    "record it",
-)
-
-
-def _refusing_rng_setter(original: Callable[..., Any]) -> Callable[..., Any]:
-    def setter(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_refusing, "active", False):
-            raise UnsupportedCapture(_SETS_RNG)
-        return original(*args, **kwargs)
-
-    setter.original = original  # type: ignore[attr-defined]
-    return setter
-
-
-def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignore[type-arg]
-    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_refusing, "active", False):
-            message = (
-                f"custom autograd.Function {cls.__qualname__}: the trace would inline its forward and drop its backward"
-            )
-            raise UnsupportedCapture(Fallback(FallbackKind.AUTOGRAD_FUNCTION_IN_FUNCTION, message))
-        return original.__get__(None, cls)(*args, **kwargs)
-
-    apply.original = original  # type: ignore[attr-defined]
-    return apply

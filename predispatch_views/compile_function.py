@@ -43,8 +43,9 @@ from torch import fx, nn
 
 from . import _torch_internals as ti
 from . import graph_ops
-from .capture import FunctionCapture, UnsupportedCapture, capture_closure, written_inputs
+from .capture import UnsupportedCapture, written_inputs
 from .fallbacks import Fallback, FallbackKind
+from .function_capture import FunctionCapture, capture_closure
 from .graph_meta import graph_meta
 from .labels import LABEL_KEY, function_label
 from .module_state import getter, module_state, owned_modules, restore_module_state, training_flags

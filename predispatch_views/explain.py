@@ -30,7 +30,7 @@ import torch
 from torch import fx
 
 from . import _torch_internals as ti
-from .capture import capture_closure
+from .function_capture import capture_closure
 from .functionalize import EPILOGUE_TAG
 from .labels import LABEL_KEY, function_label
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, compile_captured

@@ -190,14 +190,24 @@ class FallbackKind(enum.Enum):
     )
 
     AUTOGRAD_FUNCTION_IN_GRAPH = FallbackReason(
-        "a custom `autograd.Function` inside a Dynamo graph",
-        "`a custom autograd.Function` (Dynamo path)",
-        "pre-dispatch tracing inlines its forward and drops its backward, so the core would differentiate the "
-        "forward instead of calling the user's backward.",
+        "a custom `autograd.Function` that marks an input dirty (`ctx.mark_dirty`) inside a Dynamo graph",
+        "`a custom autograd.Function that marks an input dirty (an in-place write inside an op the core keeps "
+        "opaque)`",
+        "the core keeps every other custom Function as one opaque node, forward and backward, as stock does (Note "
+        "[Custom autograd.Functions in the core] in capture.py); a dirty input is an in-place write the rules "
+        "would not see inside it.",
         "capture.py",
-        "a custom autograd.Function (pre-dispatch tracing inlines",
+        "marks an input dirty",
     )
-
+    AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
+        "a custom `autograd.Function` inside a Dynamo graph whose forward returns an input",
+        "`a custom autograd.Function returns an input (eager returns a view of it, with the Function's backward; "
+        "AOTAutograd would regenerate it from the input around that backward)`",
+        "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates "
+        "an output that aliases an input from the input itself, outside the compiled Function.",
+        "capture.py",
+        "a custom autograd.Function returns an input",
+    )
     INLINED_AUTOGRAD_FUNCTION = FallbackReason(
         "a custom `autograd.Function` whose forward Dynamo inlined (no input required grad)",
         "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns "
@@ -233,7 +243,7 @@ class FallbackKind(enum.Enum):
         "`custom autograd.Function <name>: the trace would inline its forward and drop its backward`",
         "make_fx traces through `Function.apply`; there is no Dynamo graph with the `autograd_function_apply` "
         "higher-order op to hand stock, so eager is the faithful answer.",
-        "capture.py",
+        "function_capture.py",
         "the trace would inline its forward and drop its backward",
     )
 
@@ -241,7 +251,7 @@ class FallbackKind(enum.Enum):
         "compile_function only: `requires_grad_` on a traced tensor inside the function",
         "`requires_grad_(<flag>) inside the function is not recorded by the trace`",
         "the trace runs it on a fake tensor and records nothing, so the real input would keep its flag.",
-        "capture.py",
+        "function_capture.py",
         "requires_grad_(",
     )
 
@@ -249,7 +259,7 @@ class FallbackKind(enum.Enum):
         "compile_function only: a backward pass (`backward`, `autograd.grad`) inside the function",
         "`a backward pass inside the function (<call>) is not recorded by the trace`",
         "make_fx cannot record a backward pass of the traced program as part of its forward.",
-        "capture.py",
+        "function_capture.py",
         "a backward pass inside the function",
     )
 
@@ -269,7 +279,7 @@ class FallbackKind(enum.Enum):
         "record it`",
         "the trace records no call that seeds, so the compiled function would draw from the caller's state "
         "(OpInfo's `wrapper_set_seed`); Dynamo breaks the graph there instead.",
-        "capture.py",
+        "function_capture.py",
         "sets the random number generator",
     )
 
@@ -277,7 +287,7 @@ class FallbackKind(enum.Enum):
         "compile_function only: a hook (`register_hook`, `retain_grad`) on a traced tensor",
         "`<call> inside the function: hooks on traced tensors are lost`",
         "hooks registered on fake tensors during the trace never reach the real outputs.",
-        "capture.py",
+        "function_capture.py",
         "hooks on traced tensors are lost",
     )
 
@@ -285,7 +295,7 @@ class FallbackKind(enum.Enum):
         "compile_function only: an `inference_mode` region inside the function",
         "`an inference_mode region inside the function is not recorded by the trace`",
         "as for the Dynamo path: the region would be compiled with autograd on.",
-        "capture.py",
+        "function_capture.py",
         "an inference_mode region inside the function",
     )
 

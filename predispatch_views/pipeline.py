@@ -247,7 +247,7 @@ def _compile_dynamo_graph_guarded(
 def _compile_dynamo_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
-    from .capture import capture_graph_module, capture_limitation
+    from .capture import UnsupportedCapture, capture_graph_module, capture_limitation, inlined_autograd_function
 
     try:
         # Compiled autograd's backward graph returns gradients for the autograd engine to accumulate, from one
@@ -267,11 +267,16 @@ def _compile_dynamo_graph(
         return _stock_for(gm, example_inputs, inner, limitation, strict)
     try:
         pre_dispatch = capture_graph_module(gm, example_inputs)
+        inlined = inlined_autograd_function(gm)
+    except UnsupportedCapture as e:
+        return _stock_for(gm, example_inputs, inner, e.fallback, strict)
     except Exception as e:
         if strict:
             raise
         failed = Fallback(FallbackKind.CAPTURE_FAILED, f"pre-dispatch capture failed: {type(e).__name__}: {e}")
         return _stock_for(gm, example_inputs, inner, failed, strict)
+    if inlined is not None:
+        return _stock_for(gm, example_inputs, inner, inlined, strict)
     return compile_captured(
         pre_dispatch,
         example_inputs,

@@ -62,6 +62,7 @@ __all__ = [
     "make_fx",
     "multi_output_view_optimization_disabled",
     "overload_packet",
+    "record_opaque_call",
     "schema_of",
     "slice_output_regeneration",
     "starts_after_graph_break",
@@ -113,6 +114,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._inductor.config.fx_graph_cache": _BOTH,
     "torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base (its signature, bound by name)": _BOTH,
     "torch._C._set_grad_enabled": _BOTH,
+    "torch.fx.experimental.proxy_tensor: get_proxy_mode, track_tensor_tree, disable_proxy_modes_tracing; "
+    "torch._C.DisableTorchFunction (record_opaque_call)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
     "torch._dynamo.compiled_autograd._enable": _BOTH,
@@ -141,6 +144,30 @@ def eval_dropout_is_traced_as_its_input() -> bool:
 
     probe = torch.empty(0)
     return decompositions.dropout(probe, 0.5, False) is probe
+
+
+def record_opaque_call(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Inside a make_fx trace, record ``target(*args, **kwargs)`` as one node instead of tracing through it, as
+    torch's own higher-order ops do under proxy tracing (``trace_cond``); graph-module arguments become submodules
+    of the traced graph. The result is computed on the fake inputs with tracing off."""
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode, track_tensor_tree
+
+    mode = get_proxy_mode()
+    if mode is None:
+        return target(*args, **kwargs)
+    tracer = mode.tracer
+    for arg in args:
+        if isinstance(arg, torch.fx.GraphModule) and all(m is not arg for m in tracer.root.children()):
+            index = sum(1 for _ in tracer.root.children())
+            while hasattr(tracer.root, f"opaque_body_{index}"):
+                index += 1
+            tracer.root.register_module(f"opaque_body_{index}", arg)
+    # Grad-mode changes inside the call must not be recorded either (the pre-dispatch mode is a torch function mode).
+    with disable_proxy_modes_tracing(), torch._C.DisableTorchFunction():
+        out = target(*args, **kwargs)
+    proxy_args = pytree.tree_map(tracer.unwrap_proxy, args)
+    proxy = tracer.create_proxy("call_function", target, proxy_args, kwargs)
+    return track_tensor_tree(out, proxy, constant=None, tracer=tracer)
 
 
 def storage_ref(t: Any) -> StorageWeakRef | None:

@@ -1,0 +1,246 @@
+"""Stage 1, the no-Dynamo path of compile_function: a function's pre-dispatch graph, its closed-over tensors lifted
+into inputs, and what such a trace cannot record (it raises UnsupportedCapture, and the function runs eagerly)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx
+from torch.overrides import TorchFunctionMode
+
+from . import _torch_internals as ti
+from .capture import UnsupportedCapture
+from .fallbacks import Fallback, FallbackKind
+
+
+@dataclass
+class FunctionCapture:
+    """A pre-dispatch graph of a function of tensors whose closed-over tensors are lifted into inputs.
+
+    The placeholders are the function's tensor inputs, then one per entry of ``lifted``: the real tensors the
+    function read without receiving them (module parameters and buffers, closed-over or global tensors), in
+    the order the trace met them. ``inputs`` are the fakes of the function's tensor inputs.
+    """
+
+    graph: fx.GraphModule
+    fake_mode: ti.FakeTensorMode
+    inputs: list[torch.Tensor]
+    lifted: list[torch.Tensor]
+
+
+def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[torch.Tensor]) -> FunctionCapture:
+    """Trace ``flat_fn`` (returning a flat list of tensors) with static shapes, lifting closed-over tensors.
+
+    Note [Lifting closed-over tensors]
+    A function may read tensors it does not receive: ``lin(x)`` reads ``lin.weight``. With a fake mode that
+    allows real tensors, make_fx records each such tensor as a ``get_attr`` constant holding the real tensor
+    itself (by identity); turning those nodes into trailing placeholders and passing the same real tensors on
+    every call is what aot_module / functional_call do with a module's state: autograd of the compiled program
+    reaches the real parameters (``.grad`` lands on them) and in-place updates (an optimizer step, a running
+    stat) are seen by the next call. A constant the function creates itself (``torch.tensor([1., 2.])``) is
+    read through ``lift_fresh_copy`` and stays a constant: eager makes a fresh one on every call.
+
+    Raises UnsupportedCapture for calls the trace would silently drop (Note [What the trace cannot record]).
+    """
+    fake_mode = ti.FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [fake_mode.from_tensor(t) for t in flat_tensors]
+    watch = _CaptureWatch(fake_mode)
+
+    def watched(*args: Any) -> list[Any]:
+        with watch, _autograd_functions_refused():
+            return flat_fn(*args)
+
+    rng_state = torch.get_rng_state()
+    with fake_mode:
+        gm = ti.trace_pre_dispatch(watched, fakes)
+    if not torch.equal(torch.get_rng_state(), rng_state):
+        # Fake random ops draw nothing, so the real generator moved only because the function set it
+        # (``torch.manual_seed``, ``set_rng_state``): the trace records no such call (OpInfo's wrapper_set_seed).
+        torch.set_rng_state(rng_state)
+        raise UnsupportedCapture(_SETS_RNG)
+    lifted = _lift_constants(gm, watch.real_of)
+    return FunctionCapture(gm, fake_mode, fakes, lifted)
+
+
+def _lift_constants(gm: fx.GraphModule, real_of: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    """Turn every get_attr of a tensor from outside the function into a trailing placeholder."""
+    graph = gm.graph
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    by_tensor: dict[int, fx.Node] = {}
+    lifted: list[torch.Tensor] = []
+    for n in list(graph.find_nodes(op="get_attr")):
+        value = getattr(gm, n.target)  # type: ignore[arg-type]
+        if not isinstance(value, torch.Tensor) or _created_inside(n):
+            continue
+        if id(value) in real_of:
+            value = real_of[id(value)][1]
+        elif isinstance(value, ti.FakeTensor):
+            raise AssertionError(f"a fake constant {n.target} the capture did not make")
+        placeholder = by_tensor.get(id(value))
+        if placeholder is None:
+            anchor = placeholders[-1] if placeholders else None
+            ctx = graph.inserting_after(anchor) if anchor is not None else graph.inserting_before(None)
+            with ctx:
+                placeholder = graph.placeholder(f"lifted_{len(lifted)}")
+            placeholder.meta = dict(n.meta)
+            placeholders.append(placeholder)
+            by_tensor[id(value)] = placeholder
+            lifted.append(value)
+        n.replace_all_uses_with(placeholder)
+        graph.erase_node(n)
+        delattr(gm, n.target)  # type: ignore[arg-type]
+    gm.recompile()
+    return lifted
+
+
+def _created_inside(get_attr: fx.Node) -> bool:
+    # torch.tensor(...) inside the function: make_fx stores the value and copies it with lift_fresh_copy.
+    fresh = (torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift_fresh.default)
+    return bool(get_attr.users) and all(u.target in fresh for u in get_attr.users)
+
+
+class _CaptureWatch(TorchFunctionMode):
+    """Fakify the real tensors a traced function reads, and refuse what the trace cannot record.
+
+    A real tensor (a parameter, a closed-over tensor) reaching a torch call is replaced by its fake, memoized,
+    and remembered in ``real_of`` (id of the fake -> (fake, real)): make_fx then records it as a ``get_attr``
+    constant that _lift_constants maps back to the real tensor. Letting the fake mode convert real tensors
+    itself is not enough: an in-place call whose only tensor is real (``num_batches_tracked.add_(1)``) is
+    constant-folded by FakeTensorMode, on the real tensor, during the trace.
+
+    Note [What the trace cannot record]
+    A pre-dispatch trace records ATen calls; it runs, but does not record, calls that only change autograd
+    state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
+    hooks (``register_hook``, ``retain_grad``), a backward pass inside the function (``torch.autograd.grad``:
+    its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said), and an
+    ``inference_mode`` region (compiled with autograd on: its results would not be inference tensors). Custom
+    ``autograd.Function``s are inlined: their forward is traced and their backward is lost. Each raises
+    UnsupportedCapture with what it saw.
+    """
+
+    def __init__(self, fake_mode: ti.FakeTensorMode) -> None:
+        super().__init__()
+        self.fake_mode = fake_mode
+        self.real_of: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.inference_mode = torch.is_inference_mode_enabled()
+
+    def _fake(self, t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, ti.FakeTensor):
+            return t
+        fake = self.fake_mode.from_tensor(t)
+        self.real_of[id(fake)] = (fake, t)
+        return fake
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        unrecordable = _unrecordable(func, args, kwargs)
+        if unrecordable is None and torch.is_inference_mode_enabled() != self.inference_mode:
+            unrecordable = Fallback(
+                FallbackKind.INFERENCE_MODE_IN_FUNCTION,
+                "an inference_mode region inside the function is not recorded by the trace",
+            )
+        if unrecordable is not None:
+            raise UnsupportedCapture(unrecordable)
+        args, kwargs = ti.tree_map_only(torch.Tensor, self._fake, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+_BACKWARD_CALLS = {torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward}
+_HOOK_CALLS = {torch.Tensor.register_hook, torch.Tensor.retain_grad, torch.Tensor.register_post_accumulate_grad_hook}
+
+
+def _unrecordable(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Fallback | None:
+    name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
+    if func in _BACKWARD_CALLS:
+        message = f"a backward pass inside the function ({name}) is not recorded by the trace"
+        return Fallback(FallbackKind.BACKWARD_IN_FUNCTION, message)
+    if func in _HOOK_CALLS:
+        return Fallback(FallbackKind.HOOKS_IN_FUNCTION, f"{name} inside the function: hooks on traced tensors are lost")
+    wanted = None
+    if func is torch.Tensor.requires_grad_:
+        wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+    elif func == _REQUIRES_GRAD_SETTER:  # a new method-wrapper object on every access: compare by ==
+        wanted = args[1]
+    if wanted is not None and isinstance(args[0], torch.Tensor) and bool(wanted) != args[0].requires_grad:
+        message = f"requires_grad_({bool(wanted)}) inside the function is not recorded by the trace"
+        return Fallback(FallbackKind.REQUIRES_GRAD_IN_FUNCTION, message)
+    return None
+
+
+_REQUIRES_GRAD_SETTER = torch.Tensor.requires_grad.__set__  # type: ignore[attr-defined]
+
+
+_refusing = threading.local()
+_guard_lock = threading.Lock()
+_guard_users = [0]  # captures in flight, all threads: Function.apply stays wrapped until the last one ends
+
+
+@contextlib.contextmanager
+def _autograd_functions_refused() -> Iterator[None]:
+    """Custom autograd.Function calls in this thread raise UnsupportedCapture (Note [What the trace cannot
+    record]). ``Function.apply`` is wrapped only while captures run; other threads call through unchanged."""
+    function_class = torch.autograd.Function
+    with _guard_lock:
+        if _guard_users[0] == 0:
+            function_class.apply = classmethod(_refusing_apply(function_class.__dict__["apply"]))  # type: ignore[method-assign]
+            for module, name in _RNG_SETTERS:
+                setattr(module, name, _refusing_rng_setter(getattr(module, name)))
+        _guard_users[0] += 1
+    previous = getattr(_refusing, "active", False)
+    _refusing.active = True
+    try:
+        yield
+    finally:
+        _refusing.active = previous
+        with _guard_lock:
+            _guard_users[0] -= 1
+            if _guard_users[0] == 0:
+                function_class.apply = function_class.__dict__["apply"].__func__.original  # type: ignore[method-assign]
+                for module, name in _RNG_SETTERS:
+                    setattr(module, name, getattr(module, name).original)
+
+
+# Calls that set the random number generator: the trace records none of them (OpInfo's wrapper_set_seed seeds
+# inside freeze_rng_state, which restores the state, so the generator looks unmoved after the trace).
+_RNG_SETTERS = [
+    (torch, "manual_seed"),
+    (torch.random, "manual_seed"),
+    (torch, "set_rng_state"),
+    (torch.random, "set_rng_state"),
+]
+
+
+_SETS_RNG = Fallback(
+    FallbackKind.SETS_RNG,
+    "the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not record it",
+)
+
+
+def _refusing_rng_setter(original: Callable[..., Any]) -> Callable[..., Any]:
+    def setter(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_refusing, "active", False):
+            raise UnsupportedCapture(_SETS_RNG)
+        return original(*args, **kwargs)
+
+    setter.original = original  # type: ignore[attr-defined]
+    return setter
+
+
+def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignore[type-arg]
+    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_refusing, "active", False):
+            message = (
+                f"custom autograd.Function {cls.__qualname__}: the trace would inline its forward and drop its backward"
+            )
+            raise UnsupportedCapture(Fallback(FallbackKind.AUTOGRAD_FUNCTION_IN_FUNCTION, message))
+        return original.__get__(None, cls)(*args, **kwargs)
+
+    apply.original = original  # type: ignore[attr-defined]
+    return apply

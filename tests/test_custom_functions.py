@@ -1,0 +1,163 @@
+"""Custom autograd.Functions in the core (issue 22; Note [Custom autograd.Functions in the core] in capture.py):
+the backend keeps each Function as one node with its own backward, and replays the views after it, matching eager
+(values, gradients from the user's backward, views, grad_fn types, in-place errors) with no fallback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import predispatch_views
+from predispatch_views import pipeline
+from tests.parity_utils import assert_matches_eager, assert_same, observe, view_nodes
+
+
+class ScaleWithOwnGrad(torch.autograd.Function):
+    """A backward that is not the forward's derivative: inlining the forward would give other gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 3
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * 5 + x * 0.5
+
+
+class SetupContextStyle(torch.autograd.Function):
+    @staticmethod
+    def forward(x: torch.Tensor, k: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.sin() * k, x.cos()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        x, k = inputs
+        ctx.save_for_backward(x)
+        ctx.k = k
+
+    @staticmethod
+    def backward(ctx: Any, g_sin: torch.Tensor, g_cos: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (x,) = ctx.saved_tensors
+        return g_sin * ctx.k * 2 - g_cos * x, None
+
+
+class NonDifferentiableOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = x > 0
+        ctx.mark_non_differentiable(mask)
+        ctx.save_for_backward(mask)
+        return x * mask, mask
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _: None) -> torch.Tensor:
+        (mask,) = ctx.saved_tensors
+        return grad * mask * 7
+
+
+class MarksDirty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+class ReturnsItsInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 0.5
+
+
+def own_grad_then_unbind(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return ScaleWithOwnGrad.apply(x.sin()).unbind(0)
+
+
+def setup_context_then_chunk(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    a, b = SetupContextStyle.apply(x, 1.5)
+    return (*a.chunk(2, dim=1), b)
+
+
+def non_differentiable_output_then_split(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y, mask = NonDifferentiableOutput.apply(x.mul(2))
+    return (*y.split([1, 2], dim=0), mask)
+
+
+def mlp_with_a_function_then_heads(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    h = ScaleWithOwnGrad.apply(x @ w).relu()
+    q, k, v = h.unbind(0)
+    return q.t(), k * v
+
+
+PROGRAMS = {
+    "own_grad_then_unbind": (own_grad_then_unbind, lambda: [torch.randn(3, 4, requires_grad=True)]),
+    "setup_context_then_chunk": (setup_context_then_chunk, lambda: [torch.randn(3, 4, requires_grad=True)]),
+    "non_differentiable_output": (
+        non_differentiable_output_then_split,
+        lambda: [torch.randn(3, 4, requires_grad=True)],
+    ),
+    "mlp_with_a_function": (
+        mlp_with_a_function_then_heads,
+        lambda: [torch.randn(3, 2, 5, requires_grad=True), torch.randn(5, 5, requires_grad=True)],
+    ),
+}
+
+
+def _seeded(make_inputs: Any) -> Any:
+    def make() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        return make_inputs()
+
+    return make
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_custom_function_stays_in_the_core_and_the_views_are_replayed(name: str, dynamic: bool) -> None:
+    fn, make_inputs = PROGRAMS[name]
+    compiled = torch.compile(fn, backend=predispatch_views.backend("aot_eager", strict=True), dynamic=dynamic)
+    assert_matches_eager(fn, compiled, _seeded(make_inputs))  # strict: a fallback would raise
+
+
+def test_the_users_backward_runs() -> None:
+    # Had the forward been traced through, the gradient would be 3 cos(x), not (5 + sin(x) / 2) cos(x).
+    x = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+    compiled = torch.compile(own_grad_then_unbind, backend=predispatch_views.backend("aot_eager", strict=True))
+    outs = compiled(x)
+    torch.autograd.backward(outs, [torch.ones(4, dtype=torch.double)] * 3)
+    torch.testing.assert_close(x.grad, (5 + 0.5 * x.detach().sin()) * x.detach().cos())
+    assert view_nodes(list(outs)) == view_nodes(list(own_grad_then_unbind(x)))  # one eager UnbindBackward0
+
+
+@pytest.mark.parametrize(
+    ("function", "reason"),
+    [(MarksDirty, "marks an input dirty"), (ReturnsItsInput, "a custom autograd.Function returns an input")],
+)
+def test_what_the_core_cannot_keep_falls_back_with_its_reason(function: type, reason: str) -> None:
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return function.apply(x.mul(2)).unbind(0)
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]
+
+    # A fallback hands the graph to stock, so the program behaves as stock's does (the unsafe fix: no views).
+    pipeline.FALLBACKS.clear()
+    got = observe(torch.compile(program, backend=predispatch_views.backend("aot_eager")), make_inputs)
+    assert any(reason in r for _, r in pipeline.FALLBACKS), list(pipeline.FALLBACKS)
+    torch._dynamo.reset()
+    stock = observe(torch.compile(program, backend="aot_eager"), make_inputs)
+    assert got["structure"] == stock["structure"]
+    for key in stock.keys() - {"structure"}:
+        assert_same(got[key], stock[key])
