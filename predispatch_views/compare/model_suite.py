@@ -64,8 +64,8 @@ class ModelCase:
         config = getattr(transformers, self.config_class)(**self.config)
         _no_randomness(config)
         model = getattr(transformers, self.model_class)(config)
-        if self.checkpointing is not None:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.checkpointing)
+        if self.checkpointing is not None:  # {}: transformers' default kwargs (use_reentrant=False)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.checkpointing or None)
         return model, self.inputs(*FIRST_SHAPE)
 
     def inputs(self, batch: int, length: int) -> dict[str, Any]:
@@ -410,12 +410,12 @@ SUITE: tuple[ModelCase | PlainCase, ...] = (*CASES, *PLAIN)
 
 
 def suite_cases(names: str | None = None) -> list[ModelCase | PlainCase]:
-    """The entries the install can build; ``names``: only those (comma separated, exact names)."""
-    entries = [c for c in SUITE if c.available()]
+    """The entries the install can build; ``names``: only those (comma separated, exact names), in that order."""
+    entries = {c.name: c for c in SUITE if c.available()}
     if not names:
-        return entries
+        return list(entries.values())
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    return [c for c in entries if c.name in wanted]
+    return [entries[n] for n in dict.fromkeys(wanted) if n in entries]
 
 
 def unknown_names(names: str) -> list[str]:

@@ -901,7 +901,7 @@ def _flag_inner(args: argparse.Namespace) -> str | None:
     return None if text == "none" else text
 
 
-def _render(rows: list[ModelRow], settings: Settings, flag_inner: str | None, schedule: Sequence[tuple[int, int]],
+def render_models(rows: list[ModelRow], settings: Settings, flag_inner: str | None, schedule: Sequence[tuple[int, int]],
             alternatives: bool, elapsed: float, complete: bool) -> tuple[str, str]:  # fmt: skip
     """The section (models.md) and the fallback table (fallbacks.md)."""
     import transformers
@@ -977,7 +977,7 @@ def run_models_section(args: argparse.Namespace, out_dir: Path) -> str:
     out_dir = Path(out_dir)
 
     def write(complete: bool) -> str:
-        text, fallbacks_md = _render(
+        text, fallbacks_md = render_models(
             rows, settings, flag_inner, schedule, alternatives, time.perf_counter() - start, complete
         )
         (out_dir / "models.md").write_text(text)

@@ -90,14 +90,16 @@ def check_models(args: argparse.Namespace) -> None:
         if unknown:
             names = ", ".join(c.name for c in SUITE)
             raise ArgumentError(f"--models-only: unknown model {', '.join(map(repr, unknown))}; models: {names}")
-    for option, text in (("--models-inner", args.models_inner), ("--models-flag-inner", args.models_flag_inner)):
+    inners = (getattr(args, "models_inner", None), getattr(args, "models_flag_inner", None))
+    for option, text in zip(("--models-inner", "--models-flag-inner"), inners):
         if text and text != "none":
             try:
                 check_inners(tuple(i.strip() for i in text.split(",") if i.strip()))
             except ArgumentError as e:
                 raise ArgumentError(f"{option}: {e}") from None
-    if args.models_steps < 1:
-        raise ArgumentError(f"--models-steps {args.models_steps}: at least 1")
+    steps = getattr(args, "models_steps", 10)
+    if steps < 1:
+        raise ArgumentError(f"--models-steps {steps}: at least 1")
 
 
 def check_compare_arguments(args: argparse.Namespace) -> Path:
