@@ -197,17 +197,23 @@ class _KeepingCustomFunctions(fx.Interpreter):
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if target is not ti.AUTOGRAD_FUNCTION_APPLY:
             return super().call_function(target, args, kwargs)
-        out = ti.record_opaque_call(target, args, kwargs)
-        inputs = {_storage(a) for a in args if isinstance(a, torch.Tensor)}
-        if any(_storage(o) in inputs for o in ti.tree_leaves(out) if isinstance(o, torch.Tensor)):
-            raise UnsupportedCapture(
-                Fallback(
-                    FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,
-                    "a custom autograd.Function returns an input (eager returns a view of it, with the Function's "
-                    "backward; AOTAutograd would regenerate it from the input around that backward)",
-                )
+        return record_custom_function(target, args, kwargs)
+
+
+def record_custom_function(target: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One node for a custom autograd.Function call (Note [Custom autograd.Functions in the core]); a Function that
+    returns an input (or marks one dirty, which returns it too) cannot be kept."""
+    out = ti.record_opaque_call(target, args, kwargs)
+    inputs = {_storage(a) for a in ti.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+    if any(_storage(o) in inputs for o in ti.tree_leaves(out) if isinstance(o, torch.Tensor)):
+        raise UnsupportedCapture(
+            Fallback(
+                FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,
+                "a custom autograd.Function returns an input (eager returns a view of it, with the Function's "
+                "backward; AOTAutograd would regenerate it from the input around that backward)",
             )
-        return out
+        )
+    return out
 
 
 def capture_function(

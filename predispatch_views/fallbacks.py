@@ -200,7 +200,7 @@ class FallbackKind(enum.Enum):
         "marks an input dirty",
     )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
-        "a custom `autograd.Function` inside a Dynamo graph whose forward returns an input",
+        "a custom `autograd.Function` whose forward returns an input (or marks one dirty, which returns it)",
         "`a custom autograd.Function returns an input (eager returns a view of it, with the Function's backward; "
         "AOTAutograd would regenerate it from the input around that backward)`",
         "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates "
@@ -236,15 +236,6 @@ class FallbackKind(enum.Enum):
         "so AOTAutograd can trace a backward the program never asks for; stock decides.",
         "pipeline.py",
         "compiling the core raised",
-    )
-
-    AUTOGRAD_FUNCTION_IN_FUNCTION = FallbackReason(
-        "compile_function only (it runs the function eagerly): a custom `autograd.Function` in the function",
-        "`custom autograd.Function <name>: the trace would inline its forward and drop its backward`",
-        "make_fx traces through `Function.apply`; there is no Dynamo graph with the `autograd_function_apply` "
-        "higher-order op to hand stock, so eager is the faithful answer.",
-        "function_capture.py",
-        "the trace would inline its forward and drop its backward",
     )
 
     REQUIRES_GRAD_IN_FUNCTION = FallbackReason(

@@ -14,7 +14,7 @@ from torch import fx
 from torch.overrides import TorchFunctionMode
 
 from . import _torch_internals as ti
-from .capture import UnsupportedCapture
+from .capture import UnsupportedCapture, record_custom_function
 from .fallbacks import Fallback, FallbackKind
 
 
@@ -236,11 +236,24 @@ def _refusing_rng_setter(original: Callable[..., Any]) -> Callable[..., Any]:
 def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignore[type-arg]
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
         if getattr(_refusing, "active", False):
-            message = (
-                f"custom autograd.Function {cls.__qualname__}: the trace would inline its forward and drop its backward"
-            )
-            raise UnsupportedCapture(Fallback(FallbackKind.AUTOGRAD_FUNCTION_IN_FUNCTION, message))
+            return _recorded_apply(cls, original.__get__(None, cls), args, kwargs)
         return original.__get__(None, cls)(*args, **kwargs)
 
     apply.original = original  # type: ignore[attr-defined]
     return apply
+
+
+def _recorded_apply(cls: type, apply: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A custom autograd.Function called during the capture: one node of the graph, which calls the Function's own
+    ``apply`` when the inner backend traces the core (Note [Custom autograd.Functions in the core])."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        previous = getattr(_refusing, "active", False)
+        _refusing.active = False  # the forward's own torch calls run unrecorded, on the fakes
+        try:
+            return apply(*args, **kwargs)
+        finally:
+            _refusing.active = previous
+
+    call.__name__ = call.__qualname__ = f"{cls.__name__}_apply"
+    return record_custom_function(call, args, kwargs)

@@ -238,8 +238,6 @@ def _inference_mode_region(x: torch.Tensor) -> Any:
 
 
 UNRECORDABLE: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], str]] = {
-    "autograd_function": (_through(PlusOneBackward), lambda: [_x(2, 3)], "PlusOneBackward"),
-    "autograd_function_mutating_grad": (_through(DoublesGradInPlace), lambda: [_x(2, 3)], "DoublesGradInPlace"),
     "requires_grad_": (_requires_grad_inside, lambda: [_x(2, 3, requires_grad=False)], "requires_grad_(True)"),
     "requires_grad_setter": (
         _requires_grad_of_an_intermediate,
@@ -268,6 +266,15 @@ def test_unrecordable_calls_run_eagerly_with_a_reason(name: str) -> None:
     assert len(reasons) == 1 and reason in reasons[0], reasons
     with pytest.raises(pv.StrictModeError, match=reason.replace("(", r"\(").replace(")", r"\)")):
         _compile(fn, strict=True)(*make_inputs())
+
+
+@pytest.mark.parametrize("function", [PlusOneBackward, DoublesGradInPlace], ids=lambda f: f.__name__)
+def test_autograd_functions_are_compiled_with_their_backward(function: type[torch.autograd.Function]) -> None:
+    # Note [Custom autograd.Functions in the core]: one node of the core, whose backward is the user's.
+    fn = _through(function)
+    before = len(pv.FALLBACKS)
+    assert_matches_eager(fn, _compile(fn, strict=True), lambda: [_x(2, 3)])
+    assert _new_fallbacks(before) == []
 
 
 def test_autograd_function_gradient_is_eagers() -> None:

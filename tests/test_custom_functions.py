@@ -123,19 +123,29 @@ def _seeded(make_inputs: Any) -> Any:
     return make
 
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def _compiled(fn: Any, entry: str) -> Any:
+    # strict: a fallback (to stock, or to eager for compile_function) raises instead.
+    if entry == "compile_function":
+        return predispatch_views.compile_function(fn, inner="aot_eager", strict=True)
+    dynamic = entry == "backend_dynamic"
+    return torch.compile(fn, backend=predispatch_views.backend("aot_eager", strict=True), dynamic=dynamic)
+
+
+ENTRIES = ["backend", "backend_dynamic", "compile_function"]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_a_custom_function_stays_in_the_core_and_the_views_are_replayed(name: str, dynamic: bool) -> None:
+def test_a_custom_function_stays_in_the_core_and_the_views_are_replayed(name: str, entry: str) -> None:
     fn, make_inputs = PROGRAMS[name]
-    compiled = torch.compile(fn, backend=predispatch_views.backend("aot_eager", strict=True), dynamic=dynamic)
-    assert_matches_eager(fn, compiled, _seeded(make_inputs))  # strict: a fallback would raise
+    assert_matches_eager(fn, _compiled(fn, entry), _seeded(make_inputs))
 
 
-def test_the_users_backward_runs() -> None:
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_users_backward_runs(entry: str) -> None:
     # Had the forward been traced through, the gradient would be 3 cos(x), not (5 + sin(x) / 2) cos(x).
     x = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
-    compiled = torch.compile(own_grad_then_unbind, backend=predispatch_views.backend("aot_eager", strict=True))
-    outs = compiled(x)
+    outs = _compiled(own_grad_then_unbind, entry)(x)
     torch.autograd.backward(outs, [torch.ones(4, dtype=torch.double)] * 3)
     torch.testing.assert_close(x.grad, (5 + 0.5 * x.detach().sin()) * x.detach().cos())
     assert view_nodes(list(outs)) == view_nodes(list(own_grad_then_unbind(x)))  # one eager UnbindBackward0
@@ -145,7 +155,7 @@ def test_the_users_backward_runs() -> None:
     ("function", "reason"),
     [(MarksDirty, "marks an input dirty"), (ReturnsItsInput, "a custom autograd.Function returns an input")],
 )
-def test_what_the_core_cannot_keep_falls_back_with_its_reason(function: type, reason: str) -> None:
+def test_what_the_backend_cannot_keep_falls_back_with_its_reason(function: type, reason: str) -> None:
     def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return function.apply(x.mul(2)).unbind(0)
 
@@ -161,3 +171,16 @@ def test_what_the_core_cannot_keep_falls_back_with_its_reason(function: type, re
     assert got["structure"] == stock["structure"]
     for key in stock.keys() - {"structure"}:
         assert_same(got[key], stock[key])
+
+
+@pytest.mark.parametrize("function", [MarksDirty, ReturnsItsInput])
+def test_what_compile_function_cannot_keep_runs_eagerly(function: type) -> None:
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return function.apply(x.mul(2)).unbind(0)
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]
+
+    pipeline.FALLBACKS.clear()
+    assert_matches_eager(program, predispatch_views.compile_function(program, inner="aot_eager"), make_inputs)
+    assert any("a custom autograd.Function returns an input" in r for _, r in pipeline.FALLBACKS)
