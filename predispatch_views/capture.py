@@ -187,7 +187,9 @@ class _KeepingCustomFunctions(fx.Interpreter):
     ``autograd_function_apply``, its forward and backward as graphs) as one node.
 
     Note [Custom autograd.Functions in the core]
-    Traced through, the Function's forward would be recorded under no_grad and its backward dropped. Recorded as
+    Traced through, the Function's forward would be recorded under no_grad and its backward dropped. (Dynamo's
+    activation checkpoint, ``tag_activation_checkpoint``, cannot be traced through at all; it is kept the same
+    way, and AOTAutograd's partitioner recomputes its body in the backward as it does for stock.) Recorded as
     one node, it reaches the inner backend as it reaches it from stock: AOTAutograd traces the joint graph through
     the user's backward. To the rules it is an opaque differentiable op of the core whose backward may read
     anything. Not kept (capture_limitation falls back): ``mark_dirty`` (an in-place write the rules would not
@@ -195,22 +197,27 @@ class _KeepingCustomFunctions(fx.Interpreter):
     regenerate that output from the input, around the user's backward)."""
 
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if target is ti.ACTIVATION_CHECKPOINT:  # its body is recomputed in the backward, as in stock's
+            return record_custom_function(target, args, kwargs, what="a checkpointed region")
         if target is not ti.AUTOGRAD_FUNCTION_APPLY:
             return super().call_function(target, args, kwargs)
         return record_custom_function(target, args, kwargs)
 
 
-def record_custom_function(target: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """One node for a custom autograd.Function call (Note [Custom autograd.Functions in the core]); a Function that
-    returns an input (or marks one dirty, which returns it too) cannot be kept."""
+def record_custom_function(
+    target: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], what: str = "a custom autograd.Function"
+) -> Any:
+    """One node for a custom autograd.Function call or a checkpointed region (Note [Custom autograd.Functions in the
+    core]); one that returns an input or a view of one (a Function that marks an input dirty returns it) cannot be
+    kept."""
     out = ti.record_opaque_call(target, args, kwargs)
     inputs = {_storage(a) for a in ti.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
     if any(_storage(o) in inputs for o in ti.tree_leaves(out) if isinstance(o, torch.Tensor)):
         raise UnsupportedCapture(
             Fallback(
                 FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,
-                "a custom autograd.Function returns an input (eager returns a view of it, with the Function's "
-                "backward; AOTAutograd would regenerate it from the input around that backward)",
+                f"{what} returns an input (eager returns a view of it, with its own backward; AOTAutograd would "
+                "regenerate it from the input around that backward)",
             )
         )
     return out

@@ -200,13 +200,14 @@ class FallbackKind(enum.Enum):
         "marks an input dirty",
     )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
-        "a custom `autograd.Function` whose forward returns an input (or marks one dirty, which returns it)",
-        "`a custom autograd.Function returns an input (eager returns a view of it, with the Function's backward; "
+        "a custom `autograd.Function` (or a checkpointed region) whose forward returns an input or a view of one (a "
+        "Function that marks an input dirty returns it)",
+        "`a custom autograd.Function returns an input (eager returns a view of it, with its own backward; "
         "AOTAutograd would regenerate it from the input around that backward)`",
         "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates "
         "an output that aliases an input from the input itself, outside the compiled Function.",
         "capture.py",
-        "a custom autograd.Function returns an input",
+        "returns an input (eager returns a view of it",
     )
     INLINED_AUTOGRAD_FUNCTION = FallbackReason(
         "a custom `autograd.Function` whose forward Dynamo inlined (no input required grad)",

@@ -31,6 +31,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
+    "ACTIVATION_CHECKPOINT",
     "AUTOGRAD_FUNCTION_APPLY",
     "CHECKED_ON",
     "SET_GRAD_ENABLED",
@@ -84,6 +85,7 @@ tree_flatten = pytree.tree_flatten
 tree_unflatten = pytree.tree_unflatten
 TreeSpec = pytree.TreeSpec
 AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
+ACTIVATION_CHECKPOINT = torch.ops.higher_order.tag_activation_checkpoint
 
 # Note [Private APIs per torch release]
 # Each private API above, and the torch releases it was checked on: the test suite passes on the release (the
@@ -117,6 +119,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch.fx.experimental.proxy_tensor: get_proxy_mode, track_tensor_tree, disable_proxy_modes_tracing; "
     "torch._C.DisableTorchFunction (record_opaque_call)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
+    "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
     "torch._dynamo.compiled_autograd._enable": _BOTH,
     "torch._dynamo.config.compiled_autograd": ("2.13.0",),
