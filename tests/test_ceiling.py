@@ -210,3 +210,19 @@ def test_the_parity_report_shows_the_gap_over_cases_whose_eager_forward_runs() -
         results
     )
     assert "Gap to the ceiling" in text_table(results)
+
+
+def test_reasons_behind_the_gap_count_by_kind_of_the_fallback_list() -> None:
+    """Two messages of one kind of fallback (each naming its own nodes) are one reason; an unknown one stays as is."""
+    from predispatch_views.fallbacks import FALLBACK_REASONS
+
+    kind = FALLBACK_REASONS[0]
+    below = [
+        Result("divergence", "alias", (f"op_1 {kind.marker} (a)",)),
+        Result("divergence", "alias", (f"op_2 {kind.marker} (b)", "something new")),
+    ]
+    records = [
+        {"dynamo_eager[eager]": MATCH, "stock[aot_eager]": _diverges(), "prototype[aot_eager]": r} for r in below
+    ]
+    (gap,) = gaps(records, ["eager", "dynamo_eager[eager]", "stock[aot_eager]", "prototype[aot_eager]"])
+    assert gap.reasons == {kind.summary: 2, "something new": 1}

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .. import fallbacks as fallback_list
 from .strategies import CEILING
 
 STOCK = "stock"
@@ -65,10 +66,19 @@ def is_below_the_ceiling(entry: Result | None, ceiling: Result | None) -> bool:
     return entry is not None and ceiling is not None and entry.kind != "match" and ceiling.kind == "match"
 
 
+def reason_kind(reason: str) -> str:
+    """A logged fallback reason as its entry of the fallback list (fallbacks.py: the entry whose marker the message
+    holds, the longest where several do), so that one kind counts once however its message names the nodes; the
+    message itself where no entry matches."""
+    entries = [r for r in fallback_list.FALLBACK_REASONS if r.marker and r.marker in reason]
+    return max(entries, key=lambda r: len(r.marker)).summary if entries else reason
+
+
 def why(entry: Result) -> list[str]:
-    """Why an entry point is below the ceiling on one program: its fallback reasons, else its first difference."""
+    """Why an entry point is below the ceiling on one program: the kinds of its fallbacks, else its first
+    difference."""
     if entry.fallbacks:
-        return list(entry.fallbacks)
+        return list(dict.fromkeys(reason_kind(reason) for reason in entry.fallbacks))
     probe = (entry.probe or "?").partition("@")[0]  # a later call's probe counts with the first call's
     return [f"no fallback: {entry.kind} in {probe}"]
 
