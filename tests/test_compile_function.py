@@ -1,7 +1,8 @@
 """compile_function, the no-Dynamo entry point, against eager (issue 10).
 
-Modules and closures (parameters, buffers and closed-over tensors become inputs), what a pre-dispatch trace
-cannot record (custom autograd.Functions, requires_grad_, autograd.grad inside: eager with a logged reason),
+Modules and closures (parameters, buffers and closed-over tensors become inputs), custom autograd.Functions (one
+node of the core each), what a pre-dispatch trace cannot record (requires_grad_, autograd.grad inside: eager with
+a logged reason),
 non-tensor outputs, output identity, unused inputs, a program whose eager backward fails, and a training loop.
 """
 

@@ -252,8 +252,6 @@ def _root_error(message: str) -> str:
 @pytest.mark.parametrize("name", sorted(REPROS))
 def test_repro_matches_eager_or_falls_back_with_its_reason(name: str, entry: str) -> None:
     fn, make_inputs, reason = REPROS[name]
-    if entry == "compile_function" and name.startswith("custom_function"):
-        pytest.skip("compile_function's capture of custom autograd.Functions: tests/test_compile_function.py")
     pv.FALLBACKS.clear()
     if entry == "backend":
         compiled = torch.compile(fn, backend=pv.backend("aot_eager"))
