@@ -231,3 +231,33 @@ def capture_function(
     fakes = [fake_mode.from_tensor(t) for t in flat_tensors]
     with fake_mode:
         return ti.trace_pre_dispatch(flat_fn, fakes), fake_mode
+
+
+def may_return_views_of(gm: fx.GraphModule) -> bool:
+    """False only when Dynamo's example values prove no output aliases an input or another output.
+
+    Aliasing without view-ness counts too: ``detach()`` results share storage and version counter.
+    """
+    if any("dropout" in _target_name(n) for n in gm.graph.nodes):
+        return True  # fake dropout always allocates; eager's returns its input when p == 0 or not training
+    seen: set[ti.StorageWeakRef] = set()
+    for p in gm.graph.find_nodes(op="placeholder"):
+        value = p.meta.get("example_value")
+        if isinstance(value, torch.Tensor):
+            seen.add(ti.StorageWeakRef(value.untyped_storage()))
+    for arg in fx.node.map_aggregate(gm.graph.output_node().args[0], lambda a: a) or ():
+        if not isinstance(arg, fx.Node):
+            continue
+        value = arg.meta.get("example_value")
+        if arg.op == "placeholder" or value is None:
+            return True
+        if isinstance(value, torch.Tensor):
+            storage = ti.StorageWeakRef(value.untyped_storage())
+            if ti.is_view(value) or storage in seen:
+                return True
+            seen.add(storage)
+    return False
+
+
+def _target_name(n: fx.Node) -> str:
+    return n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")

@@ -144,6 +144,8 @@ def compile_captured(
             # core] in slicing.py): without one, the core stays whole.
             differentiable = grad_enabled and any(requires_grad)
             result.sliced = slice_graph(functionalized.executable, alias_groups if differentiable else None)
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
     except Exception as e:  # an engine limitation must never break a program stock compiles
         fallback = _internal_error(e)
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
@@ -157,6 +159,8 @@ def compile_captured(
     if compile_core and not result.sliced.core_is_empty:
         try:  # one compiled function per independent part: Note [Independent parts of the core] in slicing.py
             cores = [inner_fn(p.graph, [example_inputs[i] for i in p.inputs]) for p in result.sliced.parts]
+        except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+            raise
         except Exception as e:
             ti.SET_GRAD_ENABLED(grad_enabled)
             # The core is not the user's program: it returns bases the program only viewed (perhaps under
@@ -217,6 +221,8 @@ def _compile_dynamo_graph_guarded(
 
     try:
         written = written_inputs(gm)
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
     except Exception as e:
         return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     program = _compile_dynamo_graph(gm, example_inputs, inner, strict=strict)
@@ -239,6 +245,8 @@ def _compile_dynamo_graph_guarded(
 
     try:
         program.run = uncompiled_when_a_restricted_view_is_written(program.run, gm, written, example_inputs, on_use)
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
     except Exception as e:
         return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     return program
@@ -247,14 +255,22 @@ def _compile_dynamo_graph_guarded(
 def _compile_dynamo_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
-    from .capture import UnsupportedCapture, capture_graph_module, capture_limitation, inlined_autograd_function
+    from .capture import (
+        UnsupportedCapture,
+        capture_graph_module,
+        capture_limitation,
+        inlined_autograd_function,
+        may_return_views_of,
+    )
 
     try:
         # Compiled autograd's backward graph returns gradients for the autograd engine to accumulate, from one
         # boxed list input: no output is a view the user sees, so there is nothing to replay.
         compiled_autograd = ti.compiling_a_compiled_autograd_graph()
-        may_return_views = not compiled_autograd and _may_return_views(gm)
+        may_return_views = not compiled_autograd and may_return_views_of(gm)
         limitation = capture_limitation(gm) if may_return_views else None
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
     except Exception as e:
         return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     if not may_return_views:
@@ -270,6 +286,8 @@ def _compile_dynamo_graph(
         inlined = inlined_autograd_function(gm)
     except UnsupportedCapture as e:
         return _stock_for(gm, example_inputs, inner, e.fallback, strict)
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
     except Exception as e:
         if strict:
             raise
@@ -292,36 +310,6 @@ def _stock_for(
 ) -> CompiledProgram:
     """Dynamo's graph compiled by stock, with the reason logged (raised under strict)."""
     return _fall_back(CompiledProgram(run=_unset), fallback, gm, example_inputs, resolve_inner(inner), strict)
-
-
-def _may_return_views(gm: fx.GraphModule) -> bool:
-    """False only when Dynamo's example values prove no output aliases an input or another output.
-
-    Aliasing without view-ness counts too: ``detach()`` results share storage and version counter.
-    """
-    if any("dropout" in _target_name(n) for n in gm.graph.nodes):
-        return True  # fake dropout always allocates; eager's returns its input when p == 0 or not training
-    seen: set[ti.StorageWeakRef] = set()
-    for p in gm.graph.find_nodes(op="placeholder"):
-        value = p.meta.get("example_value")
-        if isinstance(value, torch.Tensor):
-            seen.add(ti.StorageWeakRef(value.untyped_storage()))
-    for arg in fx.node.map_aggregate(gm.graph.output_node().args[0], lambda a: a) or ():
-        if not isinstance(arg, fx.Node):
-            continue
-        value = arg.meta.get("example_value")
-        if arg.op == "placeholder" or value is None:
-            return True
-        if isinstance(value, torch.Tensor):
-            storage = ti.StorageWeakRef(value.untyped_storage())
-            if ti.is_view(value) or storage in seen:
-                return True
-            seen.add(storage)
-    return False
-
-
-def _target_name(n: fx.Node) -> str:
-    return n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
 
 
 def _fall_back(
@@ -361,6 +349,8 @@ def _inner_or_uncompiled(
     """
     try:
         return inner_fn(graph, list(example_inputs))
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
     except Exception as e:
         groups = input_alias_groups(example_inputs)
         if strict or len(set(groups)) == len(groups):

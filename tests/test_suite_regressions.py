@@ -349,3 +349,19 @@ def test_aliased_inputs_the_inner_backend_rejects_run_uncompiled() -> None:
         torch.testing.assert_close(got, want)
     assert outs[1]._base is inputs[2] and outs[0]._is_view() == expected[0]._is_view()
     assert any("on inputs that share storage" in r for _, r in pipeline.FALLBACKS)
+
+
+def test_dynamos_restart_request_is_not_a_fallback() -> None:
+    # Note [Dynamo's restarts]: with dynamic shapes, compiling a sparse EmbeddingBag raises
+    # TensorifyScalarRestartAnalysis, Dynamo's request to trace the frame again (helper-found, test_aotdispatch's
+    # test_embedding_bag_view_dynamic run through the prototype). It was counted as a core that fails to compile.
+    bag = torch.nn.EmbeddingBag(100, 8, sparse=True)
+
+    def bag_view(x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return bag(x, offsets).view(-1)
+
+    x, offsets = torch.arange(3), torch.arange(3)
+    pipeline.FALLBACKS.clear()
+    out = torch.compile(bag_view, backend=predispatch_views.backend("aot_eager", strict=True), dynamic=True)(x, offsets)
+    torch.testing.assert_close(out, bag_view(x, offsets))
+    assert out._is_view() and out._base is not None

@@ -34,6 +34,7 @@ __all__ = [
     "ACTIVATION_CHECKPOINT",
     "AUTOGRAD_FUNCTION_APPLY",
     "CHECKED_ON",
+    "DYNAMO_RESTARTS",
     "SET_GRAD_ENABLED",
     "FakeTensor",
     "FakeTensorMode",
@@ -86,6 +87,11 @@ tree_unflatten = pytree.tree_unflatten
 TreeSpec = pytree.TreeSpec
 AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 ACTIVATION_CHECKPOINT = torch.ops.higher_order.tag_activation_checkpoint
+# Note [Dynamo's restarts]
+# Dynamo raises RestartAnalysis (and its subclasses, e.g. TensorifyScalarRestartAnalysis from a backend's
+# compile under dynamic shapes) to trace the frame again; it is control flow, not a failure. The pipeline's
+# guards let it through instead of counting it as an engine error or a core that fails to compile.
+DYNAMO_RESTARTS: tuple[type[BaseException], ...] = (torch._dynamo.exc.RestartAnalysis,)
 
 # Note [Private APIs per torch release]
 # Each private API above, and the torch releases it was checked on: the test suite passes on the release (the
@@ -120,6 +126,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._C.DisableTorchFunction (record_opaque_call)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
+    "torch._dynamo.exc.RestartAnalysis (DYNAMO_RESTARTS)": _BOTH,
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
     "torch._dynamo.compiled_autograd._enable": _BOTH,
     "torch._dynamo.config.compiled_autograd": ("2.13.0",),
