@@ -257,7 +257,7 @@ def _compile_dynamo_graph(
 ) -> CompiledProgram:
     from .capture import (
         UnsupportedCapture,
-        capture_graph_module,
+        capture_graph_module_once,
         capture_limitation,
         inlined_autograd_function,
         may_return_views_of,
@@ -282,7 +282,7 @@ def _compile_dynamo_graph(
     if limitation is not None:
         return _stock_for(gm, example_inputs, inner, limitation, strict)
     try:
-        pre_dispatch = capture_graph_module(gm, example_inputs)
+        pre_dispatch = capture_graph_module_once(gm, example_inputs)
         inlined = inlined_autograd_function(gm)
     except UnsupportedCapture as e:
         return _stock_for(gm, example_inputs, inner, e.fallback, strict)

@@ -92,6 +92,7 @@ def run(*args):
 def test_compiling_traces_once_and_the_functional_graph_only_when_asked(monkeypatch) -> None:
     # Issue 23: the view-preserving functional graph is for explain(); a core that mutates must not pay for it.
     from predispatch_views import _torch_internals as ti
+    from predispatch_views import capture
     from predispatch_views.pipeline import compile_dynamo_graph
 
     traces: list[str] = []
@@ -102,6 +103,7 @@ def test_compiling_traces_once_and_the_functional_graph_only_when_asked(monkeypa
         return original(fn, args)
 
     monkeypatch.setattr(ti, "trace_pre_dispatch", counting)
+    monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())  # Note [The capture cache]
     programs = []
 
     def recording_backend(gm, example_inputs):
@@ -121,3 +123,43 @@ def test_compiling_traces_once_and_the_functional_graph_only_when_asked(monkeypa
     assert len(traces) == 2, traces  # built on first access
     assert "add_" not in functional.code and "aten.add.Tensor" in functional.code
     assert programs[0].functional is functional and len(traces) == 2
+
+
+def test_a_warm_compile_of_the_same_graph_does_no_pre_dispatch_trace(monkeypatch) -> None:
+    # Issue 23, Note [The capture cache]: after torch._dynamo.reset() Dynamo hands the same graph again.
+    import predispatch_views
+    from predispatch_views import _torch_internals as ti
+    from predispatch_views import capture
+    from tests.parity_utils import assert_matches_eager
+
+    traces: list[str] = []
+    original = ti.trace_pre_dispatch
+
+    def counting(fn, args):
+        traces.append(getattr(fn, "__name__", "?"))
+        return original(fn, args)
+
+    monkeypatch.setattr(ti, "trace_pre_dispatch", counting)
+    monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())
+
+    def f(x):
+        y = x.sin()
+        y.mul_(2)
+        return y.chunk(2)
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)]
+
+    for _ in range(2):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend=predispatch_views.backend("aot_eager", strict=True))
+        assert_matches_eager(f, compiled, make_inputs)
+    assert len(traces) == 1, traces
+    # Other metadata is another key; symbolic sizes are never kept.
+    torch._dynamo.reset()
+    torch.compile(f, backend=predispatch_views.backend("aot_eager"))(torch.randn(4, 3))
+    assert len(traces) == 2, traces
+    for _ in range(2):
+        torch._dynamo.reset()
+        torch.compile(f, backend=predispatch_views.backend("aot_eager"), dynamic=True)(torch.randn(6, 3))
+    assert len(traces) == 4, traces
