@@ -45,11 +45,11 @@ def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> f
 
 
 # Note [The capture cache]
-# Dynamo hands the backend the same graph again after ``torch._dynamo.reset()``, for another frame with the same
-# code, or when its own caches are cold while AOTAutograd's is warm; the pre-dispatch trace of that graph is then
-# the same graph. It is kept, per process, for graphs whose trace depends only on the key below: Dynamo's code, and
-# per input its type and, for a tensor, its metadata (sizes, strides, offset, dtype, device, layout,
-# requires_grad, which other input shares its storage), and the grad mode. Not kept: a graph with symbolic sizes
+# Dynamo hands the backend the same graph again after ``torch._dynamo.reset()`` or for another frame with the same
+# code; the pre-dispatch trace of that graph is then the same graph. It is kept, per process (a new process with
+# a warm on-disk AOTAutograd cache still traces once), for graphs whose trace depends only on the key below:
+# Dynamo's code, and per input its type and, for a tensor, its metadata (sizes, strides, offset, dtype, device,
+# layout, requires_grad, which other input shares its storage), and the grad mode. Not kept: a graph with symbolic sizes
 # (its trace holds the symbols of one ShapeEnv), or with submodules or get_attr constants (the trace would hold the
 # old graph's tensors). The stages after the capture copy the graph, never edit it, so one trace serves every hit.
 _CAPTURES: collections.OrderedDict[tuple[Any, ...], fx.GraphModule] = collections.OrderedDict()
