@@ -228,11 +228,12 @@ def _fake_of(placeholder: fx.Node, example: Any, fake_mode: ti.FakeTensorMode | 
 
 
 def _as_callable(gm: fx.GraphModule) -> Callable[..., Any]:
-    # Dynamo graphs return a tuple; make_fx wants a plain function of positional inputs.
-    def run(*args: Any) -> Any:
-        return _KeepingCustomFunctions(gm).run(*args)
-
-    return run
+    # Dynamo graphs return a tuple; make_fx wants a plain function of positional inputs. The interpreter, slower
+    # than the generated code, only where there is a node to keep whole.
+    kept = (ti.AUTOGRAD_FUNCTION_APPLY, ti.ACTIVATION_CHECKPOINT)
+    if any(n.op == "call_function" and n.target in kept for n in gm.graph.nodes):
+        return lambda *args: _KeepingCustomFunctions(gm).run(*args)
+    return lambda *args: gm(*args)
 
 
 class _KeepingCustomFunctions(fx.Interpreter):
