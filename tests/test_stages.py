@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from expecttest import TestCase
 
@@ -89,11 +90,11 @@ def run(*args):
         )
 
 
-def test_compiling_traces_once_and_the_functional_graph_only_when_asked(monkeypatch) -> None:
-    # Issue 23: the view-preserving functional graph is for explain(); a core that mutates must not pay for it.
+@pytest.fixture
+def pre_dispatch_traces(monkeypatch) -> list[str]:
+    """Every pre-dispatch trace made while the test runs, with an empty capture cache (Note [The capture cache])."""
     from predispatch_views import _torch_internals as ti
     from predispatch_views import capture
-    from predispatch_views.pipeline import compile_dynamo_graph
 
     traces: list[str] = []
     original = ti.trace_pre_dispatch
@@ -103,7 +104,15 @@ def test_compiling_traces_once_and_the_functional_graph_only_when_asked(monkeypa
         return original(fn, args)
 
     monkeypatch.setattr(ti, "trace_pre_dispatch", counting)
-    monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())  # Note [The capture cache]
+    monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())
+    return traces
+
+
+def test_compiling_traces_once_and_the_functional_graph_only_when_asked(pre_dispatch_traces) -> None:
+    # Issue 23: the view-preserving functional graph is for explain(); a core that mutates must not pay for it.
+    from predispatch_views.pipeline import compile_dynamo_graph
+
+    traces = pre_dispatch_traces
     programs = []
 
     def recording_backend(gm, example_inputs):
@@ -125,22 +134,12 @@ def test_compiling_traces_once_and_the_functional_graph_only_when_asked(monkeypa
     assert programs[0].functional is functional and len(traces) == 2
 
 
-def test_a_warm_compile_of_the_same_graph_does_no_pre_dispatch_trace(monkeypatch) -> None:
+def test_a_warm_compile_of_the_same_graph_does_no_pre_dispatch_trace(pre_dispatch_traces) -> None:
     # Issue 23, Note [The capture cache]: after torch._dynamo.reset() Dynamo hands the same graph again.
     import predispatch_views
-    from predispatch_views import _torch_internals as ti
-    from predispatch_views import capture
     from tests.parity_utils import assert_matches_eager
 
-    traces: list[str] = []
-    original = ti.trace_pre_dispatch
-
-    def counting(fn, args):
-        traces.append(getattr(fn, "__name__", "?"))
-        return original(fn, args)
-
-    monkeypatch.setattr(ti, "trace_pre_dispatch", counting)
-    monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())
+    traces = pre_dispatch_traces
 
     def f(x):
         y = x.sin()
