@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from predispatch_views.compare.pytorch_test_files import mode_for
 from predispatch_views.compare.pytorch_tests import (
+    FileRun,
     engine_fingerprint,
     find_test_files,
     prototype_only_failures,
     run_pytorch_tests,
     snapshot_engine,
+    strategy_env,
     working_dir,
     write_reports,
 )
+from predispatch_views.compare.pytorch_tests import TestResult as Result
 
 SYNTHETIC = """
 import ctypes
@@ -216,3 +220,88 @@ def test_prototype_strategy_reaches_the_backend(tmp_path: Path) -> None:
     assert by_name["prototype"] == {"test_unbind_grad_fn": "passed", "test_compile_fn_is_patched": "passed"}
     assert by_name["stock"]["test_compile_fn_is_patched"] == "failed"
     assert run.patched.get("prototype") is True
+
+
+def test_mode_by_file_name(tmp_path: Path) -> None:
+    """The files that test AOTAutograd or functionalization themselves run swapped, every other dynamo-wrapped; in
+    the swapped mode neither strategy wraps the test body (no PYTORCH_TEST_WITH_AOT_EAGER)."""
+    assert mode_for(Path("test/functorch/test_aotdispatch.py")) == "swapped"
+    assert mode_for(Path("test/test_functionalization.py")) == "swapped"
+    assert mode_for(Path("test/test_view_ops.py")) == "dynamo-wrapped"
+    assert mode_for(Path("test/test_view_ops.py"), "swapped") == "swapped"
+    with pytest.raises(ValueError, match="unknown mode"):
+        mode_for(Path("test/test_view_ops.py"), "wrapped")
+    assert strategy_env("stock", mode="dynamo-wrapped")["PYTORCH_TEST_WITH_AOT_EAGER"] == "1"
+    for strategy in ("stock", "prototype"):
+        env = strategy_env(strategy, mode="swapped")
+        assert "PYTORCH_TEST_WITH_AOT_EAGER" not in env
+        assert env["PREDISPATCH_VIEWS_PT_MODE"] == "swapped"
+
+
+def test_swapped_comparison_without_plain() -> None:
+    """A swapped file has no plain run: stock is its baseline. Each failure gets its kind."""
+    run = FileRun(Path("test/test_aotdispatch.py"), mode="swapped", ids=["a", "b", "c", "d"])
+    run.results["stock"] = {i: Result("passed") for i in ("a", "b", "c")} | {"d": Result("failed")}
+    run.results["prototype"] = {
+        "a": Result("failed", "AssertionError: x", reached=2),
+        "b": Result("failed", "AssertionError: 'def forward' != ...", reached=1, graph_text=True),
+        "c": Result("passed", reached=0),
+        "d": Result("failed", reached=1),
+    }
+    assert [(r.test, r.kind) for r in prototype_only_failures(run)] == [("a", "behaviour"), ("b", "graph text")]
+
+
+SWAPPED_SYNTHETIC = """
+import os
+
+import torch
+from functorch.compile import aot_function, nop
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+PROTOTYPE = os.environ["PREDISPATCH_VIEWS_PT_STRATEGY"] == "prototype"
+
+
+def f(x):
+    return x.mul(2).unbind(0)
+
+
+class TestSwap(TestCase):
+    def test_aot_function_outputs(self):
+        # Eager's graph: one UnbindBackward0; stock AOTAutograd's outputs are not views of one unbind call.
+        outs = aot_function(f, nop)(torch.randn(3, 4, requires_grad=True))
+        self.assertNotEqual(type(outs[0].grad_fn).__name__, "UnbindBackward0")
+
+    def test_compile_aot_eager(self):
+        outs = torch.compile(f, backend="aot_eager")(torch.randn(3, 4, requires_grad=True))
+        self.assertEqual(type(outs[0].grad_fn).__name__ == "UnbindBackward0", PROTOTYPE)
+
+    def test_graph_text(self):
+        self.assertExpectedInline("prototype" if PROTOTYPE else "stock", \"\"\"stock\"\"\")
+
+
+if __name__ == "__main__":
+    run_tests()
+"""
+
+
+@pytest.mark.slow
+def test_swapped_mode_reaches_the_prototype(tmp_path: Path) -> None:
+    """test_aotdispatch.py runs swapped: the test's own aot_function and torch.compile(backend="aot_eager") calls go
+    through the prototype (eager's UnbindBackward0 on a compiled unbind), and each test logs whether the prototype
+    ran. No plain run."""
+    test_dir = tmp_path / "test"
+    test_dir.mkdir()
+    (test_dir / "test_aotdispatch.py").write_text(SWAPPED_SYNTHETIC)
+    (run,) = run_pytorch_tests(test_dir / "test_aotdispatch.py", jobs=2, test_timeout=300, progress=lambda _: None)
+    assert run.mode == "swapped"
+    assert sorted(run.results) == ["prototype", "stock"]
+    by_name = {s: {i.split("::")[-1]: r for i, r in run.results[s].items()} for s in run.results}
+    assert {n: r.outcome for n, r in by_name["stock"].items()} == dict.fromkeys(by_name["stock"], "passed")
+    proto = by_name["prototype"]
+    assert proto["test_aot_function_outputs"].outcome == "failed"
+    assert proto["test_compile_aot_eager"].outcome == "passed"
+    assert proto["test_aot_function_outputs"].reached > 0
+    assert proto["test_compile_aot_eager"].reached > 0
+    assert proto["test_graph_text"].reached == 0
+    kinds = {r.test.split("::")[-1]: r.kind for r in prototype_only_failures(run)}
+    assert kinds == {"test_aot_function_outputs": "behaviour", "test_graph_text": "graph text"}

@@ -16,6 +16,20 @@ DEFAULT_FILES = (
     "test/test_autograd.py",
 )
 STRATEGIES = ("plain", "stock", "prototype")
+# How the stock and prototype strategies compile a file (the module docstring of pytorch_tests.py says what each
+# measures). "auto" picks by file name: the files that test AOTAutograd or functionalization themselves are run
+# swapped (PyTorch's CI does not run them dynamo-wrapped either), every other file dynamo-wrapped.
+MODES = ("dynamo-wrapped", "swapped")
+SWAPPED_FILES = ("test_aotdispatch.py", "test_functionalization.py")
+
+
+def mode_for(path: Path, requested: str = "auto") -> str:
+    """The mode a file runs in: ``requested`` unless it is "auto", else by file name (SWAPPED_FILES)."""
+    if requested != "auto":
+        if requested not in MODES:
+            raise ValueError(f"unknown mode {requested!r}: choose from auto, {', '.join(MODES)}")
+        return requested
+    return "swapped" if path.name in SWAPPED_FILES else "dynamo-wrapped"
 
 
 def find_test_files(path: Path) -> list[Path]:

@@ -1,10 +1,14 @@
-"""PyTorch's own test files as an oracle: each test run plainly, "dynamo-wrapped" under stock, and under the prototype.
+"""PyTorch's own test files as an oracle: each test run under stock and under the prototype, in one of two modes.
 
 ``python -m predispatch_views compare --pytorch-tests PATH [--pytorch-tests-filter EXPR] [--jobs N]``
 
 PATH is a PyTorch source tree (its ``test/`` files listed in ``DEFAULT_FILES`` are run where present) or one test
-file. The copies live outside this repository; nothing here depends on any one of them. Three strategies, each in
-its own pytest processes:
+file. The copies live outside this repository; nothing here depends on any one of them. Each strategy runs in its
+own pytest processes. What the strategies do depends on the file's mode (``mode_for``: by file name unless
+``run_pytorch_tests(mode=...)`` or ``args.pytorch_tests_mode`` names one):
+
+``dynamo-wrapped`` (test_view_ops.py, test_autograd.py, any file that tests eager behaviour). Question: does a
+program compiled by the prototype behave as eager where stock does? Every test body becomes such a program.
 
 - ``plain``: no compile;
 - ``stock``: ``PYTORCH_TEST_WITH_AOT_EAGER=1``, the way PyTorch's CI runs its suites dynamo-wrapped:
@@ -13,8 +17,26 @@ its own pytest processes:
 - ``prototype``: the same, with ``TestCase.compile_fn`` patched (pytorch_tests_plugin/predispatch_views_pt_plugin.py)
   so that the backend is ``predispatch_views.backend("aot_eager_decomp_partition")``.
 
-A test counts in the comparison only where the plain run passes (the copies may be newer than the installed torch).
-The tests that pass under stock and fail or crash under the prototype are prototype-only defects.
+``swapped`` (test_aotdispatch.py, test_functionalization.py: files that test AOTAutograd or functionalization
+themselves; PyTorch's CI leaves them out of its dynamo-wrapped runs, and wrapping them compiles each test body a
+second time around the compiler under test, which measures Dynamo more than the compiler). Question: does the
+prototype keep the guarantees these tests check of AOTAutograd (outputs, gradients, input mutations, views and
+their errors, against eager) where AOTAutograd itself keeps them?
+
+- ``stock``: the file run plainly: its own calls into AOTAutograd and torch.compile, as written. There is no
+  separate ``plain`` run (it would be the same processes);
+- ``prototype``: the same calls routed through the prototype (pytorch_tests_plugin/predispatch_views_pt_swap.py):
+  ``torch.compile``/``torch._dynamo.optimize`` with an AOTAutograd-based backend get
+  ``predispatch_views.backend(that backend)``, and ``aot_function``/``aot_module`` get ``compile_function`` with
+  the test's own compilers, partitioner and decompositions as its inner backend. Each test logs how often the
+  prototype compiled or ran (``reached``); a test that never reached it compares nothing, and the report counts
+  those. A failure whose error is assertExpectedInline's (the test compares graph text, which the prototype
+  changes by design: it hands the inner compiler its core graph without the trailing views) is listed apart
+  from behaviour failures.
+
+In both modes a test counts in the comparison only where the plain run (``swapped``: the stock run) passes (the
+copies may be newer than the installed torch). The tests that pass under stock and fail or crash under the
+prototype are prototype-only failures.
 
 Crashes: the test ids are split into shards, each run by one pytest process with a per-test timeout; the plugin logs
 a line before and after every test. When a process dies (segfault, abort, timeout), the test that was running is
@@ -48,8 +70,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .pytorch_test_files import DEFAULT_FILES, STRATEGIES, find_test_files
-from .pytorch_tests_plugin.predispatch_views_pt_plugin import IDS_ENV, LOG_ENV, STRATEGY_ENV, TEST_TIMEOUT_ENV
+from .pytorch_test_files import DEFAULT_FILES, STRATEGIES, find_test_files, mode_for
+from .pytorch_tests_plugin.predispatch_views_pt_plugin import (
+    IDS_ENV,
+    LOG_ENV,
+    MODE_ENV,
+    STRATEGY_ENV,
+    TEST_TIMEOUT_ENV,
+)
 
 # Loaded by module name from its own folder, put first on PYTHONPATH (see pytorch_tests_plugin/__init__.py).
 PLUGIN = "predispatch_views_pt_plugin"
@@ -68,6 +96,7 @@ _CLEARED_ENV = (
     "PYTORCH_TEST_WITHOUT_COMPILED_AUTOGRAD",
     "PREDISPATCH_VIEWS",
     "PYTEST_ADDOPTS",
+    MODE_ENV,
 )
 
 
@@ -76,6 +105,8 @@ class TestResult:
     outcome: str  # one of OUTCOMES
     error: str = ""
     seconds: float = 0.0
+    reached: int = -1  # swapped mode, prototype: how often the prototype compiled or ran in the test (-1: not counted)
+    graph_text: bool = False  # the failure is assertExpectedInline's (graph text differs)
 
 
 @dataclass
@@ -83,6 +114,7 @@ class FileRun:
     """One test file: its collected ids and, per strategy, each test's result and the processes' wall time."""
 
     path: Path
+    mode: str = "dynamo-wrapped"
     ids: list[str] = field(default_factory=list)
     collect_error: str = ""
     results: dict[str, dict[str, TestResult]] = field(default_factory=dict)
@@ -104,12 +136,13 @@ def working_dir(test_file: Path) -> Path:
     return test_file.parent
 
 
-def strategy_env(strategy: str, engine_dir: Path | None = None) -> dict[str, str]:
+def strategy_env(strategy: str, engine_dir: Path | None = None, mode: str = "dynamo-wrapped") -> dict[str, str]:
     """The environment of a strategy's pytest processes; ``engine_dir`` (a snapshot_engine copy) goes first on
     PYTHONPATH, before the installed package, so that every process of a run imports the same engine."""
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED_ENV}
     env[STRATEGY_ENV] = strategy
-    if strategy in ("stock", "prototype"):
+    env[MODE_ENV] = mode
+    if strategy in ("stock", "prototype") and mode == "dynamo-wrapped":
         env["PYTORCH_TEST_WITH_AOT_EAGER"] = "1"
     env.setdefault("PYTHONFAULTHANDLER", "1")
     paths = [str(PLUGIN_DIR)]
@@ -181,6 +214,7 @@ def run_pytest(
     idle_timeout: float,
     scratch: Path,
     engine_dir: Path | None = None,
+    mode: str = "dynamo-wrapped",
 ) -> ProcessRun:
     """Run pytest on ``test_file`` (only ``ids`` if given) and return the plugin's events.
 
@@ -189,7 +223,7 @@ def run_pytest(
     """
     fd, log_path = tempfile.mkstemp(prefix=f"{strategy}-", suffix=".jsonl", dir=scratch)
     os.close(fd)
-    env = strategy_env(strategy, engine_dir)
+    env = strategy_env(strategy, engine_dir, mode)
     env[LOG_ENV] = log_path
     env[TEST_TIMEOUT_ENV] = str(test_timeout)
     if ids is not None:
@@ -284,6 +318,7 @@ def run_shard(
     scratch: Path,
     on_process: Callable[[ProcessRun], None],
     engine_dir: Path | None = None,
+    mode: str = "dynamo-wrapped",
 ) -> dict[str, TestResult]:
     """Run ``ids``, restarting after each crash, until every id has a result."""
     results: dict[str, TestResult] = {}
@@ -297,6 +332,7 @@ def run_shard(
             idle_timeout=test_timeout + 120,
             scratch=scratch,
             engine_dir=engine_dir,
+            mode=mode,
         )
         on_process(run)
         running: str | None = None
@@ -306,7 +342,13 @@ def run_shard(
             if event["event"] == "start":
                 running, running_since, started_any = event["id"], event["time"], True
             elif event["event"] == "end":
-                results[event["id"]] = TestResult(event["outcome"], event["error"], event["seconds"])
+                results[event["id"]] = TestResult(
+                    event["outcome"],
+                    event["error"],
+                    event["seconds"],
+                    event.get("reached", -1),
+                    event.get("graph_text", False),
+                )
                 running = None
         finished = any(e["event"] == "finished" for e in run.events)
         if running is not None:  # died inside a test: that test crashed, the rest run again in a new process
@@ -349,9 +391,11 @@ def run_pytorch_tests(
     scratch: Path | None = None,
     progress: Callable[[str], None] = print,
     engine_dir: Path | None = None,
+    mode: str = "auto",
 ) -> list[FileRun]:
     """Run the files under ``path``; every pytest process imports the engine from ``engine_dir`` (a snapshot_engine
-    copy), or from a copy taken here when it is None."""
+    copy), or from a copy taken here when it is None. ``mode``: "auto" (by file name), "dynamo-wrapped" or
+    "swapped" (the module docstring); a swapped file skips ``plain`` (its stock run is the plain run)."""
     files = find_test_files(path)
     if not files:
         raise FileNotFoundError(
@@ -360,22 +404,23 @@ def run_pytorch_tests(
     scratch_dir = Path(tempfile.mkdtemp(prefix="pytorch-tests-", dir=scratch))
     if engine_dir is None:
         engine_dir = snapshot_engine(scratch_dir / "engine")
-    runs = [FileRun(f) for f in files]
+    runs = [FileRun(f, mode=mode_for(f, mode)) for f in files]
     lock = threading.Lock()
     tasks: list[tuple[FileRun, str, list[str]]] = []
     for run in runs:
         start = time.monotonic()
         run.ids, run.collect_error = collect(run.path, filter_expr, scratch_dir, timeout=900, engine_dir=engine_dir)
         progress(
-            f"{run.name}: {len(run.ids)} tests collected in {time.monotonic() - start:.0f} s"
+            f"{run.name} ({run.mode}): {len(run.ids)} tests collected in {time.monotonic() - start:.0f} s"
             + (f" (collection error: {run.collect_error})" if run.collect_error else "")
         )
-        for strategy in strategies:
+        file_strategies = [s for s in strategies if not (run.mode == "swapped" and s == "plain")]
+        for strategy in file_strategies:
             run.results[strategy] = {}
             run.seconds[strategy] = 0.0
         shards = [run.ids[i : i + shard_size] for i in range(0, len(run.ids), shard_size)]
-        # Interleaved, so that the three strategies of a shard finish close together.
-        tasks += [(run, strategy, shard) for shard in shards for strategy in strategies]
+        # Interleaved, so that the strategies of a shard finish close together.
+        tasks += [(run, strategy, shard) for shard in shards for strategy in file_strategies]
 
     def work(task: tuple[FileRun, str, list[str]]) -> None:
         run, strategy, shard = task
@@ -396,6 +441,7 @@ def run_pytorch_tests(
             scratch=scratch_dir,
             on_process=on_process,
             engine_dir=engine_dir,
+            mode=run.mode,
         )
         with lock:
             run.results[strategy].update(results)
@@ -420,32 +466,45 @@ class Regression:
     test: str
     outcome: str
     error: str
+    reached: int = -1  # swapped mode: how often the prototype compiled or ran in the test
+    graph_text: bool = False  # assertExpectedInline's failure: graph text, not behaviour
+
+    @property
+    def kind(self) -> str:
+        if self.graph_text:
+            return "graph text"
+        return "not reached" if self.reached == 0 else "behaviour"
+
+
+def _passed_where_required(run: FileRun, test_id: str, strategy: str) -> bool:
+    """``test_id`` passed under ``strategy``, or ``strategy`` was not run for the file (a swapped file has no plain)."""
+    results = run.results.get(strategy)
+    return results is None or results.get(test_id, TestResult("missing")).outcome == "passed"
 
 
 def prototype_only_failures(run: FileRun) -> list[Regression]:
-    """Tests that pass plainly and under stock, and fail or crash under the prototype."""
+    """Tests that pass plainly (where run) and under stock, and fail or crash under the prototype."""
     found = []
-    plain, stock, proto = (run.results.get(s, {}) for s in STRATEGIES)
+    proto = run.results.get("prototype", {})
     for test_id in run.ids:
-        if test_id not in proto:
+        if test_id not in proto or proto[test_id].outcome not in ("failed", "crashed"):
             continue
-        if plain.get(test_id, TestResult("missing")).outcome != "passed":
+        if "stock" not in run.results or not _passed_where_required(run, test_id, "stock"):
             continue
-        if stock.get(test_id, TestResult("missing")).outcome != "passed":
-            continue
-        if proto[test_id].outcome in ("failed", "crashed"):
-            found.append(Regression(run.name, test_id, proto[test_id].outcome, proto[test_id].error))
+        if _passed_where_required(run, test_id, "plain"):
+            r = proto[test_id]
+            found.append(Regression(run.name, test_id, r.outcome, r.error, r.reached, r.graph_text))
     return found
 
 
 def stock_only_failures(run: FileRun) -> list[Regression]:
-    """The other direction, for information: plain and the prototype pass, stock fails or crashes."""
-    plain, stock, proto = (run.results.get(s, {}) for s in STRATEGIES)
+    """The other direction, for information: plain (where run) and the prototype pass, stock fails or crashes."""
+    stock, proto = run.results.get("stock", {}), run.results.get("prototype", {})
     return [
         Regression(run.name, t, stock[t].outcome, stock[t].error)
         for t in run.ids
         if t in stock
-        and plain.get(t, TestResult("missing")).outcome == "passed"
+        and _passed_where_required(run, t, "plain")
         and proto.get(t, TestResult("missing")).outcome == "passed"
         and stock[t].outcome in ("failed", "crashed")
     ]
@@ -484,18 +543,23 @@ def _md_cell(text: str) -> str:
 def summary_rows(runs: Sequence[FileRun]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
-        plain_passed = {t for t, r in run.results.get("plain", {}).items() if r.outcome == "passed"}
+        # The baseline a test must pass to count: the plain run, or in the swapped mode the stock run (plainly run).
+        baseline = "plain" if "plain" in run.results else "stock"
+        plain_passed = {t for t, r in run.results.get(baseline, {}).items() if r.outcome == "passed"}
         for strategy in run.results:
             results = run.results[strategy]
             counts = Counter(r.outcome for r in results.values())
+            reached = [r.reached for r in results.values() if r.reached >= 0]
             rows.append(
                 {
                     "file": run.name,
+                    "mode": run.mode,
                     "strategy": strategy,
                     "tests": len(results),
                     **{k: counts.get(k, 0) for k in OUTCOMES},
                     "passed_of_plain_passed": sum(1 for t in plain_passed if results[t].outcome == "passed"),
                     "plain_passed": len(plain_passed),
+                    "reached_prototype": sum(1 for n in reached if n > 0) if reached else "",
                     "seconds": round(run.seconds.get(strategy, 0.0)),
                     "processes": run.processes.get(strategy, 0),
                     "compile_fn_patched": "" if strategy != "prototype" else str(run.patched.get(strategy, False)),
@@ -526,50 +590,79 @@ def write_reports(
         writer.writerows(rows)
     with open(out_dir / "pytorch_tests_prototype_only.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["file", "test", "prototype_outcome", "error_first_line", "error"])
+        writer.writerow(["file", "test", "prototype_outcome", "kind", "reached", "error_first_line", "error"])
         for r in regressions:
-            writer.writerow([r.file, r.test, r.outcome, error_line(r.error), r.error])
+            writer.writerow([r.file, r.test, r.outcome, r.kind, r.reached, error_line(r.error), r.error])
     with open(out_dir / "pytorch_tests_results.csv", "w", newline="") as f:
         writer = csv.writer(f)
         strategies = [s for s in STRATEGIES if any(s in run.results for run in runs)]
-        writer.writerow(["file", "test"] + [f"{s}_{c}" for s in strategies for c in ("outcome", "seconds", "error")])
+        columns = [f"{s}_{c}" for s in strategies for c in ("outcome", "seconds", "error")]
+        writer.writerow(["file", "mode", "test", *columns, "prototype_reached"])
         for run in runs:
             for test_id in run.ids:
-                cells: list[Any] = [run.name, test_id]
+                cells: list[Any] = [run.name, run.mode, test_id]
                 for s in strategies:
                     r = run.results.get(s, {}).get(test_id, TestResult("missing"))
                     cells += [r.outcome, r.seconds, error_line(r.error)]
-                writer.writerow(cells)
+                writer.writerow([*cells, run.results.get("prototype", {}).get(test_id, TestResult("missing")).reached])
 
-    lines = ["# PyTorch's test files, dynamo-wrapped: plain, stock and the prototype", ""]
-    lines.append(
-        "`plain`: no compile. `stock`: `PYTORCH_TEST_WITH_AOT_EAGER=1` (each test body under "
-        '`torch.compile(backend="aot_eager_decomp_partition")`, compiled autograd on). `prototype`: the same with '
-        '`TestCase.compile_fn` patched to `predispatch_views.backend("aot_eager_decomp_partition")`. A test counts '
-        "in the comparison only where the plain run passes. `crashed`: the process died in the test (signal, abort) "
-        "or the test timed out; `missing`: not collected under that strategy."
-    )
+    modes = {run.mode for run in runs}
+    lines = ["# PyTorch's test files: stock and the prototype", ""]
+    if "dynamo-wrapped" in modes:
+        lines.append(
+            "Mode `dynamo-wrapped`: `plain`: no compile. `stock`: `PYTORCH_TEST_WITH_AOT_EAGER=1` (each test body "
+            'under `torch.compile(backend="aot_eager_decomp_partition")`, compiled autograd on). `prototype`: the same '
+            'with `TestCase.compile_fn` patched to `predispatch_views.backend("aot_eager_decomp_partition")`. A test '
+            "counts in the comparison only where the plain run passes."
+        )
+    if "swapped" in modes:
+        lines += [
+            "",
+            "Mode `swapped` (files that test AOTAutograd or functionalization themselves): `stock`: the file run "
+            "plainly, its own AOTAutograd and torch.compile calls as written (no separate plain run). `prototype`: "
+            "those calls routed through the prototype (`torch.compile`/`torch._dynamo.optimize` with an "
+            "AOTAutograd-based backend: `predispatch_views.backend(that backend)`; `aot_function`/`aot_module`: "
+            "`compile_function` with the test's compilers as its inner backend). `reached`: tests in which the "
+            "prototype compiled or ran; the others ran as under stock and compare nothing. A test counts only where "
+            "the stock run passes. Kind `graph text`: assertExpectedInline failed (the prototype hands the inner "
+            "compiler its core graph without the trailing views, so graph text differs by design).",
+        ]
+    lines += [
+        "",
+        "`crashed`: the process died in the test (signal, abort) or the test timed out; `missing`: not collected "
+        "under that strategy.",
+    ]
     lines += ["", f"Command: `{command}`" + (f" (filter `-k {filter_expr}`)" if filter_expr else "")]
     lines += ["", f"Engine: {engine}; torch {torch_version}.", ""]
     for run in runs:
         if run.collect_error:
             lines.append(f"- {run.name}: collection error: {_md_cell(run.collect_error)}")
-    header = "| file | strategy | tests | passed | failed | crashed | skipped | missing | passed of plain-passed | s |"
-    lines += ["", header, "|" + "---|" * 10]
+    header = (
+        "| file | mode | strategy | tests | passed | failed | crashed | skipped | missing | passed of baseline-passed "
+        "| reached | s |"
+    )
+    lines += ["", header, "|" + "---|" * 12]
     for row in rows:
         lines.append(
-            f"| {row['file']} | {row['strategy']} | {row['tests']} | {row['passed']} | {row['failed']} | "
-            f"{row['crashed']} | {row['skipped']} | {row['missing']} | "
-            f"{row['passed_of_plain_passed']}/{row['plain_passed']} | {row['seconds']} |"
+            f"| {row['file']} | {row['mode']} | {row['strategy']} | {row['tests']} | {row['passed']} | "
+            f"{row['failed']} | {row['crashed']} | {row['skipped']} | {row['missing']} | "
+            f"{row['passed_of_plain_passed']}/{row['plain_passed']} | {row['reached_prototype']} | {row['seconds']} |"
         )
-    unpatched = [run.name for run in runs if "prototype" in run.results and not run.patched.get("prototype")]
+    lines += ["", "Baseline: `plain` (dynamo-wrapped) or `stock` (swapped). `reached`: swapped mode only."]
+    unpatched = [
+        run.name
+        for run in runs
+        if run.mode == "dynamo-wrapped" and "prototype" in run.results and not run.patched.get("prototype")
+    ]
     if unpatched:
         lines += ["", f"`TestCase.compile_fn` was not patched (no torch TestCase imported) in: {', '.join(unpatched)}."]
+    kinds = Counter(r.kind for r in regressions)
     lines += ["", f"## Pass under plain and stock, fail or crash under the prototype: {len(regressions)}", ""]
     if regressions:
-        lines += ["| file | test | prototype | first error line |", "|---|---|---|---|"]
+        lines += ["By kind: " + ", ".join(f"{kinds[k]} {k}" for k in ("behaviour", "graph text", "not reached")), ""]
+        lines += ["| file | test | prototype | kind | first error line |", "|---|---|---|---|---|"]
         lines += [
-            f"| {r.file} | `{r.test.split('::', 1)[-1]}` | {r.outcome} | {_md_cell(error_line(r.error))} |"
+            f"| {r.file} | `{r.test.split('::', 1)[-1]}` | {r.outcome} | {r.kind} | {_md_cell(error_line(r.error))} |"
             for r in regressions
         ]
     lines += ["", f"## For information: pass under plain and the prototype, fail under stock: {len(stock_only)}", ""]
@@ -603,6 +696,7 @@ def run_pytorch_tests_section(args: Any, out_dir: Path) -> int:
             test_timeout=args.pytorch_tests_timeout,
             strategies=strategies,
             engine_dir=engine_dir,
+            mode=getattr(args, "pytorch_tests_mode", None) or "auto",
         )
     finally:
         shutil.rmtree(engine_dir, ignore_errors=True)

@@ -1,7 +1,7 @@
 """The pytest plugin the PyTorch-test runner (``pytorch_tests.py``) loads with ``-p`` into every pytest process
 (from this folder, put on PYTHONPATH: see __init__.py).
 
-It is driven by environment variables the runner sets, and does four things:
+It is driven by environment variables the runner sets, and does five things:
 
 - writes one JSON line per event to ``$PREDISPATCH_VIEWS_PT_LOG``: the collected test ids (collection runs), a
   ``start`` line before each test and an ``end`` line with its outcome after it, each flushed at once, so that
@@ -10,9 +10,13 @@ It is driven by environment variables the runner sets, and does four things:
   the test that crashed it;
 - arms ``faulthandler.dump_traceback_later(..., exit=True)`` around each test, so a hanging test ends its process
   (the runner then records it as crashed, with a timeout message);
-- for the ``prototype`` strategy, patches ``TestCase.compile_fn`` (torch/testing/_internal/common_utils.py), which
-  ``PYTORCH_TEST_WITH_AOT_EAGER=1`` uses to compile each test body with ``"aot_eager_decomp_partition"``, so that
-  a backend given by name is wrapped as ``predispatch_views.backend(name)``: the same inner backend as stock.
+- for the ``prototype`` strategy in the ``dynamo-wrapped`` mode, patches ``TestCase.compile_fn``
+  (torch/testing/_internal/common_utils.py), which ``PYTORCH_TEST_WITH_AOT_EAGER=1`` uses to compile each test body
+  with ``"aot_eager_decomp_partition"``, so that a backend given by name is wrapped as
+  ``predispatch_views.backend(name)``: the same inner backend as stock;
+- for the ``prototype`` strategy in the ``swapped`` mode, routes the test file's own compile entry points through
+  the prototype (predispatch_views_pt_swap.py) and logs per test how often the prototype compiled or ran
+  (``reached``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ STRATEGY_ENV = "PREDISPATCH_VIEWS_PT_STRATEGY"
 LOG_ENV = "PREDISPATCH_VIEWS_PT_LOG"
 IDS_ENV = "PREDISPATCH_VIEWS_PT_IDS"
 TEST_TIMEOUT_ENV = "PREDISPATCH_VIEWS_PT_TEST_TIMEOUT"
+MODE_ENV = "PREDISPATCH_VIEWS_PT_MODE"
+MODES = ("dynamo-wrapped", "swapped")
 # Set on TestCase.compile_fn by the patch: lets a test (and the runner's own test) see that the patch is in.
 PATCH_MARK = "__predispatch_views_patched__"
 
@@ -67,17 +73,39 @@ def _patch_compile_fn() -> bool:
     return True
 
 
+def _swapping() -> bool:
+    return os.environ.get(STRATEGY_ENV) == "prototype" and os.environ.get(MODE_ENV) == "swapped"
+
+
+def _swap_calls() -> int:
+    swap = sys.modules.get("predispatch_views_pt_swap")
+    return swap.calls() if swap is not None else 0
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _log_file
     path = os.environ.get(LOG_ENV)
     if path:
         _log_file = open(path, "a", buffering=1)  # noqa: SIM115 (open for the whole session)
     _write({"event": "session", "strategy": os.environ.get(STRATEGY_ENV, ""), "pid": os.getpid()})
+    if _swapping():
+        # Before the test modules are imported: a module-level torch.compile call is swapped too.
+        import predispatch_views_pt_swap
+
+        predispatch_views_pt_swap.install_global()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _patched
-    if os.environ.get(STRATEGY_ENV) == "prototype":
+    if _swapping():
+        import predispatch_views_pt_swap
+
+        # The test modules are imported by now: swap the entry points they bound by name.
+        modules = {item.module for item in items if getattr(item, "module", None) is not None}
+        names = sorted({n for m in modules for n in predispatch_views_pt_swap.install_in_module(m)})
+        _patched = True
+        _write({"event": "patched", "patched": True, "swapped": ["torch.compile", "torch._dynamo.optimize", *names]})
+    elif os.environ.get(STRATEGY_ENV) == "prototype":
         # The test modules are imported by now: TestCase is there if any test uses it.
         _patched = _patch_compile_fn()
         _write({"event": "patched", "patched": _patched})
@@ -103,7 +131,7 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
-    _outcomes[nodeid] = {"outcome": "passed", "error": "", "start": time.time()}
+    _outcomes[nodeid] = {"outcome": "passed", "error": "", "start": time.time(), "calls": _swap_calls()}
     _write({"event": "start", "id": nodeid, "time": time.time()})
     timeout = float(os.environ.get(TEST_TIMEOUT_ENV, "0") or 0)
     if timeout > 0:
@@ -137,7 +165,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         state.update(outcome="skipped", error=_error_text(report))
     elif report.failed:
         where = "" if report.when == "call" else f"[{report.when}] "
-        state.update(outcome="failed", error=where + _error_text(report))
+        # assertExpectedInline's mismatch (expecttest): the test compares graph text, not behaviour.
+        graph_text = "EXPECTTEST_ACCEPT" in str(report.longrepr)
+        state.update(outcome="failed", error=where + _error_text(report), graph_text=graph_text)
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
@@ -150,6 +180,8 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
             "outcome": state["outcome"],
             "error": state["error"][:4000],
             "seconds": round(time.time() - state["start"], 3),
+            "reached": _swap_calls() - state.get("calls", 0) if _swapping() else -1,
+            "graph_text": state.get("graph_text", False),
         }
     )
 
