@@ -12,7 +12,8 @@ itself asks for, keeping everything the test configured:
   test's backend as its inner backend and as the stock fallback. ``mode``/``options`` stay with inductor.
   Other backends (``"eager"``, counting backends) are left alone: there is no AOTAutograd to put the prototype in
   front of.
-- ``aot_function(fn, fw_compiler, ...)`` and ``aot_module(mod, ...)`` bound in the test module get
+- ``aot_function(fn, fw_compiler, ...)`` and ``aot_module(mod, ...)`` bound in the test module (also as
+  ``compiled_function``/``compiled_module``) get
   ``predispatch_views.compile_function(fn, inner=aot_autograd(fw_compiler=..., ...))``: the prototype's no-Dynamo
   entry point, whose core is compiled by the AOTAutograd configuration the test asked for (its compilers,
   partitioner, decompositions). ``dynamic=`` is not forwarded: compile_function re-traces on new input metadata.
@@ -31,7 +32,7 @@ from types import ModuleType
 from typing import Any
 
 AOT_BACKENDS = ("aot_eager", "aot_eager_decomp_partition", "aot_eager_default_partitioner", "inductor")
-# Module globals in a test file that are swapped when they are torch's own functions.
+# torch's entry points whose bindings in a test file are swapped (under whatever name the file bound them).
 SWAPPED_NAMES = ("aot_function", "aot_module")
 SWAP_MARK = "__predispatch_views_swapped__"
 
@@ -152,23 +153,47 @@ def swapped_aot_module(mod: Any, *args: Any, **kwargs: Any) -> Callable[..., Any
     return _counting(predispatch_views.compile_function(mod, inner=_aot_inner(*args, **kwargs)))
 
 
-def install_global() -> None:
-    """Swap the entry points reached through torch's modules: torch.compile and torch._dynamo.optimize."""
-    import torch
-    import torch._dynamo
+_replacements: dict[int, Callable[..., Any]] = {}
 
-    _swap_compile(torch)
-    _swap_optimize(torch._dynamo)
+
+def _replacement_table() -> dict[int, Callable[..., Any]]:
+    """id(torch's aot_function / aot_module) -> the swapped entry point, taken once, before any module is patched."""
+    if not _replacements:
+        from torch._functorch import aot_autograd
+
+        originals = (aot_autograd.aot_function, aot_autograd.aot_module)
+        _replacements.update(zip(map(id, originals), (swapped_aot_function, swapped_aot_module), strict=True))
+        _keep_alive.extend(originals)
+    return _replacements
+
+
+_keep_alive: list[Any] = []  # the originals, so that their ids stay theirs
 
 
 def install_in_module(module: ModuleType) -> list[str]:
-    """Swap ``aot_function``/``aot_module`` where ``module`` bound torch's own; return the names swapped."""
+    """Swap every global of ``module`` bound to torch's ``aot_function``/``aot_module`` (under any name:
+    functorch.compile also exports them as ``compiled_function``/``compiled_module``); return the names swapped."""
+    table = _replacement_table()
+    swapped_names = []
+    for name, value in list(vars(module).items()):
+        replacement = table.get(id(value))
+        if replacement is not None:
+            setattr(module, name, replacement)
+            swapped_names.append(name)
+    return sorted(swapped_names)
+
+
+def install_global() -> None:
+    """Swap the entry points reached through torch's modules: torch.compile, torch._dynamo.optimize, and the
+    aot_function/aot_module bindings of torch._functorch.aot_autograd and functorch.compile (a test that imports
+    them inside its body gets the swapped ones)."""
+    import functorch.compile
+    import torch
+    import torch._dynamo
     from torch._functorch import aot_autograd
 
-    replacements = {"aot_function": swapped_aot_function, "aot_module": swapped_aot_module}
-    swapped = []
-    for name in SWAPPED_NAMES:
-        if getattr(module, name, None) is getattr(aot_autograd, name):
-            setattr(module, name, replacements[name])
-            swapped.append(name)
-    return swapped
+    _replacement_table()
+    _swap_compile(torch)
+    _swap_optimize(torch._dynamo)
+    install_in_module(aot_autograd)
+    install_in_module(functorch.compile)
