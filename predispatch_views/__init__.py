@@ -21,7 +21,8 @@ from .backend import BACKEND_NAME, backend, register  # noqa: E402
 from .compile_function import compile_function  # noqa: E402
 from .explain import explain  # noqa: E402
 from .flag import disable, enable, is_enabled, read_environment  # noqa: E402
-from .pipeline import FALLBACKS, GRAPHS, CompiledProgram, StrictModeError, report  # noqa: E402
+from .outcomes import FALLBACKS, GRAPHS, report  # noqa: E402
+from .pipeline import CompiledProgram, StrictModeError  # noqa: E402
 
 __all__ = [
     "BACKEND_NAME",

@@ -134,7 +134,7 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
         if n in duplicated or n not in epilogue:
             continue
         if n in tainted:
-            return rules.core_reads_a_replayed_mutation(n)
+            return rules.core_reads_a_replayed_mutation(n, tainted[n])
         duplicated.add(n)
         stack.extend(n.all_input_nodes)
     epilogue |= toggles
@@ -211,19 +211,23 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
     return epilogue
 
 
-def _tainted(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable[[fx.Node], bool]) -> set[fx.Node]:
-    """Epilogue nodes whose value depends on a mutation replayed in eager that the core cannot recompute.
+def _tainted(
+    meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable[[fx.Node], bool]
+) -> dict[fx.Node, fx.Node]:
+    """Epilogue nodes whose value depends on a mutation replayed in eager that the core cannot recompute, each
+    with the first such mutation it depends on.
 
     A metadata mutation (t_, unsqueeze_) or an in-place call on a base itself (add_, copy_) does not taint: the
     core computes the same value out of place (t, add); see functionalize._core_graph.
     """
-    tainted: set[fx.Node] = set()
+    tainted: dict[fx.Node, fx.Node] = {}
     for n in meta.nodes:
-        if n in epilogue and (
-            (graph_ops.mutated_input(n) is not None and not recomputable(n))
-            or any(i in tainted for i in n.all_input_nodes)
-        ):
-            tainted.add(n)
+        if n not in epilogue:
+            continue
+        if graph_ops.mutated_input(n) is not None and not recomputable(n):
+            tainted[n] = n
+        elif (source := next((tainted[i] for i in n.all_input_nodes if i in tainted), None)) is not None:
+            tainted[n] = source
     return tainted
 
 

@@ -33,7 +33,8 @@ from . import _torch_internals as ti
 from .function_capture import capture_closure
 from .functionalize import EPILOGUE_TAG
 from .labels import LABEL_KEY, function_label
-from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, compile_captured
+from .outcomes import FALLBACKS, segments_of
+from .pipeline import CompiledProgram, InnerBackend, compile_captured
 
 __all__ = ["AutogradSummary", "Explanation", "explain", "render_graph"]
 
@@ -124,6 +125,21 @@ class Explanation:
         )
         out: dict[str, str] = {}
         out["pre-dispatch graph"] = render_graph(self.pre_dispatch) if self.pre_dispatch else "(not captured)"
+        if self.program.segments:  # Note [Segments] in segments.py: each segment's own stages
+            segments = segments_of(self.program)
+            out["segments"] = f"cut into {len(segments)} segments, run in order:\n" + "\n".join(
+                note for p in [self.program, *self.program.segments] for note in p.notes
+            )
+            for k, segment in enumerate(segments):
+                sliced = segment.sliced
+                out[f"segment {k}: view-preserving functional graph"] = render_graph(
+                    segment.functional, mark_epilogue=True
+                )
+                out[f"segment {k}: core graph"] = render_graph(sliced.core) if sliced is not None else "(none)"
+                out[f"segment {k}: epilogue source"] = (segment.epilogue_source or "(none)").rstrip()
+            out["fallback reasons"] = "\n".join(self.fallback_reasons) or "none"
+            self._autograd_section(out)
+            return out
         out["view-preserving functional graph (# epilogue: replayed in eager)"] = (
             render_graph(self.functional, mark_epilogue=True) if self.functional is not None else fell_back
         )
@@ -147,13 +163,16 @@ class Explanation:
             self.epilogue_source.rstrip() if self.epilogue_source is not None else fell_back
         )
         out["fallback reasons"] = "\n".join(self.fallback_reasons) or "none"
+        self._autograd_section(out)
+        return out
+
+    def _autograd_section(self, out: dict[str, str]) -> None:
         width = max((len(k) for k in self.autograd), default=0) + 1
         out["autograd graph of the outputs (node counts by type, AccumulateGrad excluded)"] = "\n".join(
             f"{(k + ':').ljust(width)} {s.render()}" for k, s in self.autograd.items()
         )
         if self.errors:
             out["errors"] = "\n".join(self.errors)
-        return out
 
     def __str__(self) -> str:
         parts = [f"explain {self.name} (inner backend: {self.inner})"]

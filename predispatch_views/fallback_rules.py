@@ -52,10 +52,25 @@ from .graph_meta import GraphMeta, is_any_view, numel, taken_at
 
 def storage_change(meta: GraphMeta) -> Fallback | None:
     for n in meta.mutations:
-        if graph_ops.is_storage_mutation(n):
+        if graph_ops.is_storage_mutation(n) and not _resizes_only_fresh_tensors(meta, n):
             message = f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})"
             return Fallback(FallbackKind.STORAGE_CHANGE, message)
     return None
+
+
+def _resizes_only_fresh_tensors(meta: GraphMeta, n: fx.Node) -> bool:
+    """An out= call that resizes out tensors the graph made itself (``o = torch.empty(0); torch.sin(x, out=o)``),
+    none of which anything aliases before the call: no other tensor sees the old storage, and AOTAutograd's
+    functionalization gives the out tensor its new one as eager does. Not ``resize_``/``set_`` themselves."""
+    if graph_ops.schema_name(n) in graph_ops.STORAGE_MUTATIONS:
+        return False
+    order = meta.order
+    for w in graph_ops.written_args(n):
+        if w.op == "placeholder" or meta.root.get(w) is not w:
+            return False
+        if any(meta.root.get(a) is w and a is not w and order[a] < order[n] for a in meta.nodes):
+            return False
+    return True
 
 
 def replay_order(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable[[fx.Node], bool]) -> Fallback | None:
@@ -82,11 +97,13 @@ def replay_order(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable
                     FallbackKind.READ_AFTER_UNRECOMPUTABLE_MUTATION,
                     f"{n.name} reads {i.name} after {before[0].name} mutated its base (through a view, or under "
                     "no_grad), and that mutation must be replayed in eager",
+                    cut_after=before[-1],
                 )
             if taken_at(i, order) < order[before[-1]]:  # through views taken earlier too (found by the fuzzer)
                 return Fallback(
                     FallbackKind.READ_OF_ALIAS_TAKEN_BEFORE_MUTATION,
                     f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base",
+                    cut_after=before[-1],
                 )
     # The converse: an E write that copies values (``t0.copy_(a)``) must not read them after a later core write
     # of their base has run (fuzzer s43_876: ``t0.copy_(a); a.mul_(2)`` returned twice a).
@@ -102,30 +119,40 @@ def replay_order(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable
                 return Fallback(
                     FallbackKind.REPLAYED_COPY_BEFORE_CORE_WRITE,
                     f"{n.name} reads {i.name}, whose base {later[0].name} of the compiled region writes afterwards",
+                    cut_after=n,
                 )
     return None
 
 
-def core_reads_a_replayed_mutation(n: fx.Node) -> Fallback:
+def core_reads_a_replayed_mutation(n: fx.Node, mutation: fx.Node) -> Fallback:
     return Fallback(
         FallbackKind.CORE_READS_REPLAYED_MUTATION,
         f"the compiled region reads {n.name}, produced by a mutation replayed in eager",
+        cut_after=mutation,
     )
 
 
 def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> Fallback | None:
     """See Note [Mutations the epilogue must not replay]."""
+    last_core_op = max(
+        (meta.order[n] for n in meta.nodes if n.op == "call_function" and (n not in epilogue or n in duplicated)),
+        default=-1,
+    )
     for m in meta.mutations:
         if m not in epilogue:
             continue
-        if graph_ops.is_random(m):
+        if graph_ops.is_random(m) and (m in duplicated or meta.order[m] < last_core_op):
+            # Replayed after every op of the core that follows it in the program, or recomputed by the core.
             return Fallback(
                 FallbackKind.RANDOM_MUTATION_AFTER_VIEWS,
                 f"{m.name} ({graph_ops.op_name(m)}) draws random numbers after a view is taken; replayed after the "
                 "compiled region it would draw again, in another order",
+                cut_after=m,
             )
         base = meta.root[m]  # a metadata mutation bumps the version counter too
         reader = _may_save(meta, base, epilogue, duplicated)
+        # A reader after the write is compiled after it once the program is cut there (Note [Segments]).
+        cut_after = m if reader is not None and meta.order[reader] > meta.order[m] else None
         if reader is None and _saves_its_result_and_is_read_after(meta, m, base, epilogue):
             reader = base  # sigmoid, exp...: the backward reads the very tensor the epilogue writes
         if reader is not None:
@@ -135,6 +162,7 @@ def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: s
                 f"{m.name} writes to {what} {base.name} after the views are taken, and {reader.name} "
                 f"({graph_ops.op_name(reader)}) of the compiled region may save it, or a value computed from "
                 "it, for backward",
+                cut_after=cut_after,
             )
     return None
 

@@ -10,7 +10,8 @@ code can log (a ``Fallback(...)``, a returned or assigned reason string, a ``_fa
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,9 @@ class FallbackKind(enum.Enum):
         "replayed in eager`",
         "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
         "recompute (it would need a scatter), and an out-of-place form of a no_grad write would lose its target's "
-        "autograd history. Fixable by cutting the program into several core/epilogue segments (not done).",
+        "autograd history. Such a program is cut in two after the mutation instead (Note [Segments] in "
+        "segments.py); it falls back only where the cut is refused (the code after it writes a value aliasing one "
+        "computed before, reads a restricted view written after it was taken, or needs a size from before).",
         "fallback_rules.py",
         "mutated its base (through a view, or under",
     )
@@ -50,7 +53,8 @@ class FallbackKind(enum.Enum):
     READ_OF_ALIAS_TAKEN_BEFORE_MUTATION = FallbackReason(
         "compiled code that reads an alias taken before a mutation replayed in eager",
         "`<node> reads <alias>, an alias taken before <mutation> mutated its base`",
-        "the core's copy of that alias would miss the mutation the epilogue replays later.",
+        "the core's copy of that alias would miss the mutation the epilogue replays later. The program is cut "
+        "in two after the mutation instead (Note [Segments]); this remains where the cut is refused.",
         "fallback_rules.py",
         "an alias taken before",
     )
@@ -59,7 +63,8 @@ class FallbackKind(enum.Enum):
         "a write replayed in eager that copies values whose base the compiled code writes afterwards",
         "`<node> reads <value>, whose base <mutation> of the compiled region writes afterwards`",
         "the epilogue runs after the whole core, so it would copy the values the core's later write left "
-        "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`).",
+        "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`). The program is cut in two after the "
+        "mutation instead (Note [Segments]); this remains where the cut is refused.",
         "fallback_rules.py",
         "of the compiled region writes afterwards",
     )
@@ -67,7 +72,8 @@ class FallbackKind(enum.Enum):
     CORE_READS_REPLAYED_MUTATION = FallbackReason(
         "compiled code that reads a value produced by a mutation replayed in eager",
         "`the compiled region reads <node>, produced by a mutation replayed in eager`",
-        "the same ordering problem for a value derived from such a mutation.",
+        "the same ordering problem for a value derived from such a mutation. The program is cut in two after "
+        "the mutation instead (Note [Segments]); this remains where the cut is refused.",
         "fallback_rules.py",
         "produced by a mutation replayed in eager",
     )
@@ -77,7 +83,8 @@ class FallbackKind(enum.Enum):
         "`<node> (<op>) draws random numbers after a view is taken; replayed after the compiled region it would "
         "draw again, in another order`",
         "replayed, it draws after every random op of the core instead of between them, and a core reader "
-        "recomputing it out of place would draw twice.",
+        "recomputing it out of place would draw twice. A random write after every compiled op is replayed as it"
+        " is; one that compiled code follows or reads is cut after (Note [Segments]).",
         "fallback_rules.py",
         "draws random numbers after a view is taken",
     )
@@ -89,7 +96,9 @@ class FallbackKind(enum.Enum):
         "of the compiled region may save it, or a value computed from it, for backward`",
         "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
         "bump the version of a tensor the compiled backward checks, an error eager does not raise (or, when the "
-        "op that made the base saves its result, raises with a message that cannot name eager's node).",
+        "op that made the base saves its result, raises with a message that cannot name eager's node). Where "
+        "the op that may save it comes after the write, the program is cut in two there instead (Note "
+        "[Segments]).",
         "fallback_rules.py",
         "of the compiled region may save it",
     )
@@ -378,6 +387,9 @@ class Fallback:
 
     kind: FallbackKind
     reason: str
+    # The node (an fx.Node of the pre-dispatch graph) after which cutting the program in two would let each half
+    # be replayed: Note [Segments] in segments.py. None: no cut helps.
+    cut_after: Any = field(default=None, compare=False, repr=False)
 
 
 FALLBACK_REASONS: tuple[FallbackReason, ...] = tuple(kind.value for kind in FallbackKind)

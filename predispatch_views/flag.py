@@ -22,7 +22,8 @@ from typing import Any
 from predispatch_views_autoload import ENV_VAR, ORIGINAL_ATTR, flag_from_environment
 
 from . import _torch_internals as ti
-from .pipeline import GRAPHS, compile_dynamo_graph, report
+from .outcomes import GRAPHS, report
+from .pipeline import compile_dynamo_graph
 
 __all__ = ["ENV_VAR", "disable", "enable", "is_enabled", "read_environment", "set_enabled"]
 _state = {"enabled": False, "installed": False}

@@ -17,7 +17,7 @@ aten = torch.ops.aten
 _NOT_VIEWS = {aten.lift_fresh.default}
 # Metadata mutations that also change storage: functionalization cannot express them and eager replay of the
 # rest would see a different storage.
-_STORAGE_MUTATIONS = {"resize_", "resize_as_", "set_"}
+STORAGE_MUTATIONS = {"resize_", "resize_as_", "set_"}
 _SYM_TARGETS: set[Any] = {
     aten.sym_size.int,
     aten.sym_stride.int,
@@ -292,7 +292,7 @@ def is_storage_mutation(node: fx.Node) -> bool:
     op = _overload(node)
     if op is None:
         return False
-    if _name(op) in _STORAGE_MUTATIONS:
+    if _name(op) in STORAGE_MUTATIONS:
         return True
     if not _is_out_variant(op):
         return False

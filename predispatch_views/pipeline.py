@@ -24,7 +24,6 @@ here wrote; design/04 gives the counts.
 
 from __future__ import annotations
 
-import collections
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,23 +34,21 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
-from .analysis import EpilogueSelection, select_epilogue
+from .analysis import EpilogueSelection, select_epilogue_from
 from .fallbacks import Fallback, FallbackKind
 from .functionalize import FunctionalizedProgram, functionalize_preserving_views
-from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks
+from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta
 from .labels import graph_label
+from .outcomes import FALLBACKS, GRAPHS, outcome
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
+from .segments import compile_in_segments
 from .slicing import SlicedProgram, slice_graph
 
 log = logging.getLogger("predispatch_views")
 
 InnerBackend = str | Callable[..., Any]
-# The most recent fallbacks, newest last: (the user's function and file:line, reason); see labels.py.
-FALLBACKS: collections.deque[tuple[str, str]] = collections.deque(maxlen=1000)
-# Every graph a Dynamo entry point (backend, flag) compiled, newest last: (label, outcome, detail), outcome one of
-# GRAPH_OUTCOMES. report() summarizes it; each entry is also logged at INFO.
-GRAPHS: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=10000)
-GRAPH_OUTCOMES = ("replayed", "fallback", "no view outputs", "compiled autograd")
+# How many times a program may be cut in two, recursively (Note [Segments] in segments.py): at most 2**3 segments.
+MAX_CUT_DEPTH = 3
 
 
 class StrictModeError(RuntimeError):
@@ -70,6 +67,8 @@ class CompiledProgram:
     epilogue_source: str | None = None
     fallback: Fallback | None = None  # why the program is not replayed
     notes: list[str] = field(default_factory=list)
+    # A program cut in two (Note [Segments] in segments.py): its halves, in order; the fields above stay empty.
+    segments: list[CompiledProgram] = field(default_factory=list)
 
     @property
     def fallback_reason(self) -> str | None:
@@ -114,26 +113,32 @@ def compile_captured(
     compile_core: bool = True,
     stock_fallback: bool = True,
     graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
+    cuts_left: int | None = None,
 ) -> CompiledProgram:
     """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture).
+    ``cuts_left``: how many times more a half may be cut in two (default MAX_CUT_DEPTH; Note [Segments] in
+    segments.py).
 
     ``stock_fallback=False``: a program that cannot be replayed comes back with its ``fallback_reason`` and no
     ``run``, neither compiled by stock nor logged (compile_function runs such a function eagerly and logs that).
     """
     inner_fn = resolve_inner(inner)
+    cuts_left = MAX_CUT_DEPTH if cuts_left is None else cuts_left
     result = CompiledProgram(run=_unset, pre_dispatch=pre_dispatch)
     fallback: Fallback | None = None
     grad_enabled = torch.is_grad_enabled()
     requires_grad = [isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs]
     alias_groups = input_alias_groups(example_inputs)
+    meta: GraphMeta | None = None
     try:
-        selection = select_epilogue(
+        meta = graph_meta(
             pre_dispatch,
             grad_enabled=grad_enabled,
             input_alias_groups=alias_groups,
             input_requires_grad=requires_grad,
             graph_breaks=graph_breaks,
         )
+        selection = select_epilogue_from(meta)
         if isinstance(selection, Fallback):
             fallback = selection
         else:
@@ -150,6 +155,33 @@ def compile_captured(
         fallback = _internal_error(e)
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
         ti.SET_GRAD_ENABLED(grad_enabled)
+    if fallback is not None and fallback.cut_after is not None and meta is not None and cuts_left > 0:
+        at = fallback.cut_after
+
+        def compile_half(graph: fx.GraphModule, examples: list[Any]) -> CompiledProgram:
+            return compile_captured(
+                graph,
+                examples,
+                inner,
+                compile_core=compile_core,
+                stock_fallback=False,
+                graph_breaks=graph_breaks,
+                cuts_left=cuts_left - 1,
+            )
+
+        try:  # Note [Segments] in segments.py: each half with its own core and epilogue, or the fallback stands
+            segmented = compile_in_segments(meta, at, example_inputs, compile_half)
+        except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+            raise
+        except Exception as e:
+            log.debug("not cut after %s: %s: %s", at.name, type(e).__name__, e)
+            segmented = None
+        finally:
+            ti.SET_GRAD_ENABLED(grad_enabled)
+        if segmented is not None:
+            result.segments, result.run = segmented
+            result.notes.append(f"cut after {at.name} ({graph_ops.op_name(at)}), where {fallback.reason}")
+            return result
     if fallback is not None:  # outside the try: stock's own compile errors are the user's, not ours
         if not stock_fallback:
             return _no_fall_back(result, fallback, strict)
@@ -182,33 +214,11 @@ def compile_dynamo_graph(
     """The backend path: ``gm`` is Dynamo's graph, ``example_inputs`` its inputs (tensors, ints, SymInts...).
     What became of the graph is logged at INFO and kept in GRAPHS."""
     program = _compile_dynamo_graph_guarded(gm, example_inputs, inner, strict=strict)
-    outcome, detail = _outcome(program)
+    what, detail = outcome(program)
     label = graph_label(gm)
-    GRAPHS.append((label, outcome, detail))
-    log.info("graph %s: %s%s", label, outcome, f" ({detail})" if detail else "")
+    GRAPHS.append((label, what, detail))
+    log.info("graph %s: %s%s", label, what, f" ({detail})" if detail else "")
     return program
-
-
-def _outcome(program: CompiledProgram) -> tuple[str, str]:
-    if program.fallback_reason is not None:
-        return "fallback", program.fallback_reason
-    if program.selection is None:
-        return program.notes[0] if program.notes else "no view outputs", ""
-    views = collections.Counter(
-        graph_ops.op_name(n) for n in program.selection.epilogue if graph_ops.is_view(n) and n.users
-    )
-    return "replayed", "view calls " + ", ".join(f"{name} x{k}" for name, k in sorted(views.items()))
-
-
-def report() -> str:
-    """How many graphs the backend or the flag compiled, by outcome, and the fallback reasons, most frequent
-    first (the last 10000 graphs)."""
-    outcomes = collections.Counter(outcome for _, outcome, _ in GRAPHS)
-    reasons = collections.Counter(detail for _, outcome, detail in GRAPHS if outcome == "fallback")
-    lines = [f"predispatch_views: {len(GRAPHS)} graphs compiled"]
-    lines += [f"  {outcome}: {outcomes[outcome]}" for outcome in GRAPH_OUTCOMES if outcomes[outcome]]
-    lines += [f"  fallback x{k}: {reason}" for reason, k in reasons.most_common()]
-    return "\n".join(lines)
 
 
 def _compile_dynamo_graph_guarded(

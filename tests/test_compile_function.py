@@ -539,3 +539,33 @@ def test_explain_a_closure_over_a_module() -> None:
     eager, prototype = explanation.autograd["eager"], explanation.autograd["prototype[aot_eager]"]
     assert prototype.node_counts["SplitBackward0"] == eager.node_counts["SplitBackward0"] == 1
     assert (prototype.n_views, prototype.n_bases) == (eager.n_views, eager.n_bases) == (3, 1)
+
+
+def sort_into_fresh_out_tensors(x: torch.Tensor) -> Any:
+    values, indices = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.sort(x * 2, 0, out=(values, indices))  # resizes both: tensors the program made, nothing aliases them
+    return *values.unbind(0), indices
+
+
+def sin_into_a_fresh_out_tensor(x: torch.Tensor) -> Any:
+    out = torch.empty(0)
+    torch.sin(x, out=out)
+    return out.unbind(0)
+
+
+def sin_into_a_viewed_out_tensor(x: torch.Tensor) -> Any:
+    out = torch.empty(0)
+    head = out.view(-1)  # an alias of the old storage: the resize is a storage change it would miss
+    torch.sin(x, out=out)
+    return head, out.unbind(0)
+
+
+@pytest.mark.parametrize("fn", [sort_into_fresh_out_tensors, sin_into_a_fresh_out_tensor], ids=lambda f: f.__name__)
+def test_an_out_call_that_resizes_a_fresh_tensor_is_compiled(fn: Callable[..., Any]) -> None:
+    # It fell back before (a storage change); the fresh out tensor's new storage is nobody else's.
+    assert_matches_eager(fn, _compile(fn, strict=True), lambda: [_x(3, 4, requires_grad=False)])
+
+
+def test_an_out_call_that_resizes_a_viewed_tensor_still_falls_back() -> None:
+    with pytest.raises(pv.StrictModeError, match="changes a tensor's storage"):
+        _compile(sin_into_a_viewed_out_tensor, strict=True)(_x(3, 4, requires_grad=False))

@@ -1,0 +1,189 @@
+"""Segments (issue 22; Note [Segments] in segments.py): a program whose epilogue cannot move a mutation after the
+whole core is cut in two there instead of falling back. Each program below fell back before; each now runs with no
+fallback (strict), in several segments, matching eager on every probe (values, aliasing, view nodes, gradients,
+in-place writes to the outputs and eager's errors), under the backend (static and dynamic) and compile_function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import predispatch_views
+from predispatch_views import pipeline
+from predispatch_views.fallbacks import FallbackKind
+from tests.parity_utils import assert_matches_eager
+
+
+def read_after_a_write_through_a_view(x: torch.Tensor) -> Any:
+    y = x * 2
+    v = y[:2]
+    v.mul_(3)  # replayed in eager: a write through a view
+    return v, y.sin()  # compiled code that reads y after it
+
+
+def read_of_an_alias_taken_before_the_write(x: torch.Tensor) -> Any:
+    y = x.exp()
+    row = y[1]
+    head, tail = y.split(2)
+    y[0].add_(1)  # a write through a view after the split: replayed
+    return head, tail, row.cos()  # row was taken before the write, and is read after it
+
+
+def view_of_the_written_value_read_by_compiled_code(x: torch.Tensor) -> Any:
+    y = x.mul(2)
+    v = y[:, :2]
+    v.mul_(2)
+    flat = v.reshape(-1)
+    return v, flat.tanh(), *y.unbind(0)
+
+
+def random_in_place_op_after_the_views_then_read(x: torch.Tensor) -> Any:
+    y = x.sin()
+    a, b = y.chunk(2)
+    y[0].bernoulli_(0.5)  # eager's lazy error on a and b: the program raises it where eager does
+    return a, b, y * 2
+
+
+def random_in_place_op_on_a_fresh_tensor_after_the_views(x: torch.Tensor) -> Any:
+    y = x.cos()
+    outs = y.unbind(0)
+    noise = torch.zeros_like(x)
+    tail = noise[2:]
+    noise[0].uniform_()  # after a view the program returns: replayed, and read by the compiled code below
+    return *outs, tail, noise.mul(x).sum(0)
+
+
+def write_to_a_base_a_later_op_saves(x: torch.Tensor) -> Any:
+    y = x * 3
+    head, tail = y.split(2)
+    with torch.no_grad():
+        y.mul_(2)  # after the views, under no_grad: replayed
+    return head, tail, y.tanh()  # tanh saves its result, computed after the write
+
+
+def two_cuts(x: torch.Tensor) -> Any:
+    y = x * 2
+    v = y[:2]
+    v.mul_(3)
+    z = y.sin()
+    w = z[1:]
+    w.add_(1)
+    return v, w, z.cos()
+
+
+PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
+    f.__name__: (f, lambda: [torch.randn(4, 3, requires_grad=True)])
+    for f in (
+        read_after_a_write_through_a_view,
+        read_of_an_alias_taken_before_the_write,
+        view_of_the_written_value_read_by_compiled_code,
+        random_in_place_op_after_the_views_then_read,
+        random_in_place_op_on_a_fresh_tensor_after_the_views,
+        write_to_a_base_a_later_op_saves,
+        two_cuts,
+    )
+}
+ENTRIES = ["backend", "backend_dynamic", "compile_function"]
+
+
+def _seeded(make_inputs: Callable[[], list[torch.Tensor]]) -> Callable[[], list[torch.Tensor]]:
+    def make() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        return make_inputs()
+
+    return make
+
+
+def _compiled(fn: Callable[..., Any], entry: str) -> Callable[..., Any]:
+    if entry == "compile_function":
+        return predispatch_views.compile_function(fn, inner="aot_eager", strict=True)
+    return torch.compile(
+        fn, backend=predispatch_views.backend("aot_eager", strict=True), dynamic=entry == "backend_dynamic"
+    )
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_program_cut_into_segments_matches_eager(name: str, entry: str) -> None:
+    fn, make_inputs = PROGRAMS[name]
+    torch._dynamo.reset()
+    pipeline.GRAPHS.clear()
+    assert_matches_eager(fn, _compiled(fn, entry), _seeded(make_inputs))
+    if entry != "compile_function":
+        outcomes = {(outcome, detail.split(", in ")[-1]) for _, outcome, detail in pipeline.GRAPHS}
+        assert any(outcome == "replayed" and detail.endswith("segments") for outcome, detail in outcomes), outcomes
+
+
+ORDERING_KINDS = (
+    FallbackKind.READ_AFTER_UNRECOMPUTABLE_MUTATION,
+    FallbackKind.READ_OF_ALIAS_TAKEN_BEFORE_MUTATION,
+    FallbackKind.CORE_READS_REPLAYED_MUTATION,
+    FallbackKind.REPLAYED_COPY_BEFORE_CORE_WRITE,
+    FallbackKind.RANDOM_MUTATION_AFTER_VIEWS,
+    FallbackKind.WRITE_TO_A_BASE_THE_CORE_MAY_SAVE,
+)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_without_cuts_the_program_falls_back(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The programs above are cases of the ordering rules: with cutting off, each falls back with one of their kinds.
+    fn, make_inputs = PROGRAMS[name]
+    monkeypatch.setattr(pipeline, "MAX_CUT_DEPTH", 0)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="StrictModeError") as info:
+        torch.compile(fn, backend=predispatch_views.backend("aot_eager", strict=True))(*_seeded(make_inputs)())
+    assert any(kind.value.marker in str(info.value) for kind in ORDERING_KINDS), str(info.value)
+
+
+def test_two_mutations_give_three_segments() -> None:
+    fn, make_inputs = PROGRAMS["two_cuts"]
+    torch._dynamo.reset()
+    pipeline.GRAPHS.clear()
+    torch.compile(fn, backend=predispatch_views.backend("aot_eager", strict=True))(*make_inputs())
+    (entry,) = pipeline.GRAPHS
+    assert entry[1] == "replayed" and entry[2].endswith("in 3 segments"), entry
+
+
+def writes_a_crossing_value_after_the_cut(x: torch.Tensor) -> Any:
+    y = x * 2
+    v = y[:2]
+    v.mul_(3)
+    z = y.sin()
+    y.add_(1)  # the second half would write its own input y, a view's base: no cut
+    return v, z
+
+
+def test_a_cut_the_second_half_would_write_across_is_refused() -> None:
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="mutated its base"):
+        torch.compile(
+            writes_a_crossing_value_after_the_cut, backend=predispatch_views.backend("aot_eager", strict=True)
+        )(torch.randn(4, 3, requires_grad=True))
+
+
+def random_write_last(x: torch.Tensor) -> Any:
+    y = x.sin()
+    a, b = y.split(2)
+    c = y[3]
+    c.uniform_()  # the last op: replayed after the whole core, it draws where eager draws
+    return a.detach(), b.detach(), c
+
+
+def test_a_random_write_after_every_compiled_op_needs_no_cut() -> None:
+    torch._dynamo.reset()
+    pipeline.GRAPHS.clear()
+    make = _seeded(lambda: [torch.randn(4, 3, requires_grad=True)])
+    compiled = torch.compile(random_write_last, backend=predispatch_views.backend("aot_eager", strict=True))
+    assert_matches_eager(random_write_last, compiled, make)
+    assert all(not detail.endswith("segments") for _, _, detail in pipeline.GRAPHS), list(pipeline.GRAPHS)
+
+
+def test_explain_shows_each_segment() -> None:
+    text = str(predispatch_views.explain(read_after_a_write_through_a_view, torch.randn(4, 3, requires_grad=True)))
+    assert "cut into 2 segments" in text and "cut after mul_" in text
+    assert "segment 0: core graph" in text and "segment 1: epilogue source" in text
+    assert "fallback reasons ==\nnone" in text
