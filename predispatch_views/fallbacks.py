@@ -27,7 +27,9 @@ class FallbackKind(enum.Enum):
     """Why a program falls back: each member's value is its entry in the docs' lists."""
 
     STORAGE_CHANGE = FallbackReason(
-        "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage change)",
+        "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage "
+        "change) (compile_function compiles an `out=` call that resizes only tensors the function made, "
+        "unaliased)",
         "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
         "functionalization cannot express a storage swap, and a replayed view would see a different storage than "
         "eager's.",
@@ -37,7 +39,8 @@ class FallbackKind(enum.Enum):
 
     READ_AFTER_UNRECOMPUTABLE_MUTATION = FallbackReason(
         "compiled code that reads a base after a mutation that must be replayed in eager and that the core cannot "
-        "recompute out of place (a write through a view, or under no_grad)",
+        "recompute out of place (a write through a view, or under no_grad), where the program cannot be cut in "
+        "two after the mutation (Note [Segments])",
         "`<node> reads <alias> after <mutation> mutated its base (through a view, or under no_grad), and that "
         "mutation must be "
         "replayed in eager`",
@@ -51,7 +54,8 @@ class FallbackKind(enum.Enum):
     )
 
     READ_OF_ALIAS_TAKEN_BEFORE_MUTATION = FallbackReason(
-        "compiled code that reads an alias taken before a mutation replayed in eager",
+        "compiled code that reads an alias taken before a mutation replayed in eager, where the program cannot "
+        "be cut in two after the mutation (Note [Segments])",
         "`<node> reads <alias>, an alias taken before <mutation> mutated its base`",
         "the core's copy of that alias would miss the mutation the epilogue replays later. The program is cut "
         "in two after the mutation instead (Note [Segments]); this remains where the cut is refused.",
@@ -60,7 +64,8 @@ class FallbackKind(enum.Enum):
     )
 
     REPLAYED_COPY_BEFORE_CORE_WRITE = FallbackReason(
-        "a write replayed in eager that copies values whose base the compiled code writes afterwards",
+        "a write replayed in eager that copies values whose base the compiled code writes afterwards, where the"
+        " program cannot be cut in two after the mutation (Note [Segments])",
         "`<node> reads <value>, whose base <mutation> of the compiled region writes afterwards`",
         "the epilogue runs after the whole core, so it would copy the values the core's later write left "
         "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`). The program is cut in two after the "
@@ -70,7 +75,8 @@ class FallbackKind(enum.Enum):
     )
 
     CORE_READS_REPLAYED_MUTATION = FallbackReason(
-        "compiled code that reads a value produced by a mutation replayed in eager",
+        "compiled code that reads a value produced by a mutation replayed in eager, where the program cannot be"
+        " cut in two after the mutation (Note [Segments])",
         "`the compiled region reads <node>, produced by a mutation replayed in eager`",
         "the same ordering problem for a value derived from such a mutation. The program is cut in two after "
         "the mutation instead (Note [Segments]); this remains where the cut is refused.",
@@ -79,7 +85,8 @@ class FallbackKind(enum.Enum):
     )
 
     RANDOM_MUTATION_AFTER_VIEWS = FallbackReason(
-        "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken",
+        "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken, "
+        "where the program cannot be cut in two after the mutation (Note [Segments])",
         "`<node> (<op>) draws random numbers after a view is taken; replayed after the compiled region it would "
         "draw again, in another order`",
         "replayed, it draws after every random op of the core instead of between them, and a core reader "
@@ -91,7 +98,7 @@ class FallbackKind(enum.Enum):
 
     WRITE_TO_A_BASE_THE_CORE_MAY_SAVE = FallbackReason(
         "a write to a base after its views are taken, when a differentiable op of the compiled region may save "
-        "that base for backward",
+        "that base for backward, where the program cannot be cut in two after the mutation (Note [Segments])",
         "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) "
         "of the compiled region may save it, or a value computed from it, for backward`",
         "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
