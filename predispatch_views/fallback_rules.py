@@ -244,7 +244,7 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
     for k, n in enumerate(meta.outputs):
         if n not in no_grad_views:
             continue
-        if meta.graph_breaks.after:
+        if meta.graph_breaks.output_crosses(k):
             return Fallback(
                 FallbackKind.NO_GRAD_VIEW_AT_GRAPH_BREAK,
                 f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "
@@ -252,7 +252,11 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
                 "base is written in place in between (Note [A view taken under no_grad keeps its base's "
                 "requires_grad])",
             )
-        if meta.graph_breaks.before and (source := viewed.get(n)) is not None and source.op == "placeholder":
+        if (
+            (source := viewed.get(n)) is not None
+            and source.op == "placeholder"
+            and meta.graph_breaks.input_crosses(meta.placeholders.index(source))
+        ):
             return Fallback(
                 FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK,
                 f"output {k} ({n.name}) is a view taken under no_grad of input {source.name}, which requires "
@@ -282,6 +286,8 @@ def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) ->
             multi_output_views.add(n)
     reachable = {root[n] for n in meta.outputs if n not in multi_output_views} | set(meta.placeholders)
     for k, n in enumerate(meta.outputs):
+        if not meta.graph_breaks.output_crosses(k):
+            continue
         if n in multi_output_views and n in epilogue and n in meta.requires_grad and root[n] in reachable:
             return Fallback(
                 FallbackKind.MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK,

@@ -24,6 +24,16 @@ class GraphBreaks:
 
     before: bool = False  # the graph is a resume function's: its inputs may be an earlier graph's outputs
     after: bool = False  # the graph ends at a graph break: a resume function gets its outputs
+    # A segment (Note [Segments]): which of its inputs come from before a graph break (the rest come from the
+    # segment before it) and which outputs cross one (the rest go to the next segment); None: all of them.
+    inputs_before: frozenset[int] | None = None
+    outputs_after: frozenset[int] | None = None
+
+    def input_crosses(self, i: int) -> bool:
+        return self.before and (self.inputs_before is None or i in self.inputs_before)
+
+    def output_crosses(self, k: int) -> bool:
+        return self.after and (self.outputs_after is None or k in self.outputs_after)
 
 
 NO_GRAPH_BREAKS = GraphBreaks()

@@ -158,14 +158,14 @@ def compile_captured(
     if fallback is not None and fallback.cut_after is not None and meta is not None and cuts_left > 0:
         at = fallback.cut_after
 
-        def compile_half(graph: fx.GraphModule, examples: list[Any]) -> CompiledProgram:
+        def compile_half(graph: fx.GraphModule, examples: list[Any], breaks: GraphBreaks) -> CompiledProgram:
             return compile_captured(
                 graph,
                 examples,
                 inner,
                 compile_core=compile_core,
                 stock_fallback=False,
-                graph_breaks=graph_breaks,
+                graph_breaks=breaks,
                 cuts_left=cuts_left - 1,
             )
 

@@ -21,7 +21,7 @@ program did not:
   a cut inside one that ends moves to its end);
 - a crossing value is not a tensor (a size: the second half would need it as an input of its own);
 - the second half reads a restricted view (a multi-output view's output, a view made under no_grad) whose base
-  the first half writes after the view was taken: eager reads it only
+  the first half writes with grad mode on after the view was taken: eager reads it only
   where an op asks for its ``grad_fn`` (``detach`` does not), and may raise its lazy error there ("Output 0 of
   Split is a view and its base ... has been modified inplace"); a compiled function asks on every call;
 - the second half writes (data or metadata) a value aliasing a crossing value: its inputs would then be
@@ -34,6 +34,7 @@ scripts/core_parts_cost.py measures what a part costs; a segment costs the same.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ import torch
 from torch import fx
 
 from . import graph_ops
-from .graph_meta import GraphMeta, is_any_view, taken_at
+from .graph_meta import GraphBreaks, GraphMeta, is_any_view, taken_at
 
 log = logging.getLogger("predispatch_views")
 
@@ -52,7 +53,7 @@ def compile_in_segments(
     meta: GraphMeta,
     at: fx.Node,
     example_inputs: Sequence[Any],
-    compile_half: Callable[[fx.GraphModule, list[Any]], Any],
+    compile_half: Callable[[fx.GraphModule, list[Any], GraphBreaks], Any],
 ) -> tuple[list[Any], Callable[..., Any]] | None:
     """The program cut after ``at``, each half compiled by ``compile_half`` (the pipeline, one cut fewer), and the
     runtime that calls them; None where it cannot be cut there or a half would fall back."""
@@ -61,8 +62,10 @@ def compile_in_segments(
         log.debug("not cut after %s: %s", at.name, plan)
         return None
     halves = []
-    for graph, examples in zip((plan.first, plan.second), example_inputs_of(plan, meta, example_inputs)):
-        half = compile_half(graph, examples)
+    examples, breaks = example_inputs_of(plan, meta, example_inputs), graph_breaks_of(plan, meta.graph_breaks)
+    halves_in = zip((plan.first, plan.second), examples, breaks)
+    for graph, half_examples, half_breaks in halves_in:
+        half = compile_half(graph, half_examples, half_breaks)
         if half.fallback is not None:
             log.debug("not cut after %s: a half falls back: %s", at.name, half.fallback.reason)
             return None
@@ -115,7 +118,9 @@ def cut(meta: GraphMeta, at: fx.Node) -> Cut | str:
     read_after = [n for n in crossing if any(u not in in_first and u is not output for u in n.users)]
     for n in read_after:
         if _restricted_view(meta, n) and any(
-            meta.root.get(m) is meta.root.get(n) and order[m] > taken_at(n, order) for m in first_nodes if _writes(m)
+            meta.root.get(m) is meta.root.get(n) and order[m] > taken_at(n, order)
+            for m in first_nodes
+            if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
         ):
             return f"the code after the cut reads {n.name}, a restricted view whose base is written after it was taken"
     crossing_roots = {meta.root.get(n, n) for n in crossing}
@@ -260,6 +265,15 @@ def _end_of_grad_mode_region(meta: GraphMeta, at: fx.Node) -> fx.Node | None:
         if graph_ops.is_grad_mode_change(n) and bool(n.args[0]) == meta.grad_enabled:
             return n
     return None
+
+
+def graph_breaks_of(plan: Cut, breaks: GraphBreaks) -> tuple[GraphBreaks, GraphBreaks]:
+    """Where each half meets a graph break: the first half's outputs that are the program's cross the one after
+    the program, the second half's inputs that are the program's come from the one before it."""
+    returned = {j for kind, j in plan.outputs if kind == "first"}
+    first = dataclasses.replace(breaks, outputs_after=frozenset(returned))
+    second = dataclasses.replace(breaks, inputs_before=frozenset(range(len(plan.second_inputs))))
+    return first, second
 
 
 def example_inputs_of(plan: Cut, meta: GraphMeta, example_inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
