@@ -259,14 +259,33 @@ class _KeepingCustomFunctions(fx.Interpreter):
 
 
 def record_custom_function(
-    target: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], what: str = "a custom autograd.Function"
+    target: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    what: str = "a custom autograd.Function",
+    *,
+    may_run_eagerly: bool = False,
 ) -> Any:
     """One node for a custom autograd.Function call or a checkpointed region (Note [Custom autograd.Functions in the
-    core]); one that returns an input or a view of one (a Function that marks an input dirty returns it) cannot be
-    kept."""
-    out = ti.record_opaque_call(target, args, kwargs)
-    inputs = {_storage(a) for a in ti.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
-    if any(_storage(o) in inputs for o in ti.tree_leaves(out) if isinstance(o, torch.Tensor)):
+    core]). One that returns an input or a view of one is, with ``may_run_eagerly`` (compile_function, which calls
+    the Function's own ``apply``), recorded as a call to run in eager between two compiled segments (``RUN_EAGERLY``;
+    Note [Segments] in segments.py), and cannot be kept otherwise: under Dynamo, the same forward may also have been
+    inlined elsewhere in the graph (inlined_autograd_function cannot tell the two apart when the forward records no
+    op). One that marks an input dirty (it returns that input itself, written in place) cannot be kept."""
+    args_leaves = _tensors((args, kwargs))
+    inputs = {_storage(a) for a in args_leaves}
+
+    def aliases_and_dirty(out: Any) -> tuple[bool, bool]:
+        outs = _tensors(out)
+        return any(_storage(o) in inputs for o in outs), any(o is a for o in outs for a in args_leaves)
+
+    def node_meta(out: Any) -> dict[str, Any]:
+        aliases, dirty = aliases_and_dirty(out)
+        return {graph_ops.RUN_EAGERLY: what} if aliases and not dirty and may_run_eagerly else {}
+
+    out = ti.record_opaque_call(target, args, kwargs, node_meta)
+    aliases, dirty = aliases_and_dirty(out)
+    if aliases and (dirty or not may_run_eagerly):
         raise UnsupportedCapture(
             Fallback(
                 FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,
@@ -275,6 +294,10 @@ def record_custom_function(
             )
         )
     return out
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    return [o for o in ti.tree_leaves(out) if isinstance(o, torch.Tensor)]
 
 
 def capture_function(

@@ -50,6 +50,22 @@ from .fallbacks import Fallback, FallbackKind
 from .graph_meta import GraphMeta, is_any_view, numel, taken_at
 
 
+def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
+    """A custom autograd.Function (or checkpointed region) whose forward returns an input or a view of one: eager
+    returns a view of the input with the Function's own backward, which no compiled code reproduces. The program
+    is cut around the call, which runs in eager (Note [Segments] in segments.py)."""
+    for n in meta.nodes:
+        if (what := graph_ops.runs_eagerly(n)) is not None:
+            return Fallback(
+                FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,
+                f"{what} returns an input (eager returns a view of it, with its own backward; AOTAutograd would "
+                "regenerate it from the input around that backward)",
+                cut_after=n,
+                run_eagerly=True,
+            )
+    return None
+
+
 def storage_change(meta: GraphMeta) -> Fallback | None:
     for n in meta.mutations:
         if graph_ops.is_storage_mutation(n) and not _resizes_only_fresh_tensors(meta, n):

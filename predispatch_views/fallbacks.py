@@ -42,8 +42,7 @@ class FallbackKind(enum.Enum):
         "recompute out of place (a write through a view, or under no_grad), where the program cannot be cut in "
         "two after the mutation (Note [Segments])",
         "`<node> reads <alias> after <mutation> mutated its base (through a view, or under no_grad), and that "
-        "mutation must be "
-        "replayed in eager`",
+        "mutation must be replayed in eager`",
         "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
         "recompute (it would need a scatter), and an out-of-place form of a no_grad write would lose its target's "
         "autograd history. Such a program is cut in two after the mutation instead (Note [Segments] in "
@@ -57,8 +56,7 @@ class FallbackKind(enum.Enum):
         "compiled code that reads an alias taken before a mutation replayed in eager, where the program cannot "
         "be cut in two after the mutation (Note [Segments])",
         "`<node> reads <alias>, an alias taken before <mutation> mutated its base`",
-        "the core's copy of that alias would miss the mutation the epilogue replays later. The program is cut "
-        "in two after the mutation instead (Note [Segments]); this remains where the cut is refused.",
+        "the core's copy of that alias would miss the mutation the epilogue replays later.",
         "fallback_rules.py",
         "an alias taken before",
     )
@@ -68,8 +66,7 @@ class FallbackKind(enum.Enum):
         " program cannot be cut in two after the mutation (Note [Segments])",
         "`<node> reads <value>, whose base <mutation> of the compiled region writes afterwards`",
         "the epilogue runs after the whole core, so it would copy the values the core's later write left "
-        "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`). The program is cut in two after the "
-        "mutation instead (Note [Segments]); this remains where the cut is refused.",
+        "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`).",
         "fallback_rules.py",
         "of the compiled region writes afterwards",
     )
@@ -78,8 +75,7 @@ class FallbackKind(enum.Enum):
         "compiled code that reads a value produced by a mutation replayed in eager, where the program cannot be"
         " cut in two after the mutation (Note [Segments])",
         "`the compiled region reads <node>, produced by a mutation replayed in eager`",
-        "the same ordering problem for a value derived from such a mutation. The program is cut in two after "
-        "the mutation instead (Note [Segments]); this remains where the cut is refused.",
+        "the same ordering problem for a value derived from such a mutation.",
         "fallback_rules.py",
         "produced by a mutation replayed in eager",
     )
@@ -217,7 +213,8 @@ class FallbackKind(enum.Enum):
     )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
         "a custom `autograd.Function` (or a checkpointed region) whose forward returns an input or a view of one (a "
-        "Function that marks an input dirty returns it)",
+        "Function that marks an input dirty returns it); under Dynamo (compile_function runs such a call in "
+        "eager between two compiled segments: Note [Segments])",
         "`a custom autograd.Function returns an input (eager returns a view of it, with its own backward; "
         "AOTAutograd would regenerate it from the input around that backward)`",
         "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates "
@@ -394,9 +391,10 @@ class Fallback:
 
     kind: FallbackKind
     reason: str
-    # The node (an fx.Node of the pre-dispatch graph) after which cutting the program in two would let each half
-    # be replayed: Note [Segments] in segments.py. None: no cut helps.
+    # Note [Segments] in segments.py: the node (of the pre-dispatch graph) to cut the program after (None: no cut
+    # helps), or around, where it must run in eager itself (``run_eagerly``).
     cut_after: Any = field(default=None, compare=False, repr=False)
+    run_eagerly: bool = field(default=False, compare=False, repr=False)
 
 
 FALLBACK_REASONS: tuple[FallbackReason, ...] = tuple(kind.value for kind in FallbackKind)

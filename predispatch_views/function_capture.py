@@ -256,4 +256,4 @@ def _recorded_apply(cls: type, apply: Callable[..., Any], args: tuple[Any, ...],
             _refusing.active = previous
 
     call.__name__ = call.__qualname__ = f"{cls.__name__}_apply"
-    return record_custom_function(call, args, kwargs)
+    return record_custom_function(call, args, kwargs, may_run_eagerly=True)

@@ -318,6 +318,16 @@ def is_sym(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target in _SYM_TARGETS and not _is_tensor_val(node)
 
 
+# Node meta of a recorded call that must run in eager, between compiled segments (Note [Segments] in segments.py):
+# what it is ("a custom autograd.Function", "a checkpointed region"). Set by capture.record_custom_function.
+RUN_EAGERLY = "predispatch_views_run_eagerly"
+
+
+def runs_eagerly(node: Any) -> str | None:
+    """What a recorded call that must run in eager is, or None."""
+    return node.meta.get(RUN_EAGERLY) if isinstance(node, fx.Node) and node.op == "call_function" else None
+
+
 def is_grad_mode_change(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target is ti.SET_GRAD_ENABLED
 

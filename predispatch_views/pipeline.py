@@ -170,7 +170,7 @@ def compile_captured(
             )
 
         try:  # Note [Segments] in segments.py: each half with its own core and epilogue, or the fallback stands
-            segmented = compile_in_segments(meta, at, example_inputs, compile_half)
+            segmented = compile_in_segments(meta, at, example_inputs, compile_half, run_eagerly=fallback.run_eagerly)
         except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
             raise
         except Exception as e:
@@ -180,7 +180,8 @@ def compile_captured(
             ti.SET_GRAD_ENABLED(grad_enabled)
         if segmented is not None:
             result.segments, result.run = segmented
-            result.notes.append(f"cut after {at.name} ({graph_ops.op_name(at)}), where {fallback.reason}")
+            where = "around" if fallback.run_eagerly else "after"
+            result.notes.append(f"cut {where} {at.name} ({graph_ops.op_name(at)}), where {fallback.reason}")
             return result
     if fallback is not None:  # outside the try: stock's own compile errors are the user's, not ours
         if not stock_fallback:

@@ -28,14 +28,19 @@ program did not:
   views it mutates, which AOTAutograd applies with a copy_ after its forward (another ``grad_fn``, and a
   restricted view's lazy error read early: Note [A restricted view aliased by a write] in runtime.py);
 - the program's outputs are not a flat tuple.
+A recorded call that must run in eager (a custom autograd.Function or checkpointed region whose forward returns
+an input or a view of one: eager returns a view of the input with the Function's own backward, which AOTAutograd
+cannot produce) is cut around instead: the program before it is compiled, the call runs uncompiled on real
+tensors (eager's own call, so eager's view and backward), and the program after it is compiled; the same checks
+apply to the part after it.
 Each half is one more compiled function per call (AOTAutograd's runtime wrappers, one autograd node):
 scripts/core_parts_cost.py measures what a part costs; a segment costs the same.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,185 +53,217 @@ from .graph_meta import GraphBreaks, GraphMeta, is_any_view, taken_at
 
 log = logging.getLogger("predispatch_views")
 
+Source = tuple[str, Any]  # ("arg", i), (stage name, j), or ("constant", value)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One segment: a graph of the program's nodes in order, compiled, or run as it is (eager's own calls)."""
+
+    name: str
+    graph: fx.GraphModule  # one placeholder per source; returns the values later stages or the program read
+    sources: tuple[Source, ...]
+    compiled: bool
+    nodes: tuple[fx.Node, ...]  # the original nodes whose values it returns, in order
+
+
+@dataclass(frozen=True)
+class Cut:
+    stages: tuple[Stage, ...]
+    outputs: tuple[Source, ...]  # where each program output comes from
+
 
 def compile_in_segments(
     meta: GraphMeta,
     at: fx.Node,
     example_inputs: Sequence[Any],
     compile_half: Callable[[fx.GraphModule, list[Any], GraphBreaks], Any],
+    *,
+    run_eagerly: bool = False,
 ) -> tuple[list[Any], Callable[..., Any]] | None:
-    """The program cut after ``at``, each half compiled by ``compile_half`` (the pipeline, one cut fewer), and the
-    runtime that calls them; None where it cannot be cut there or a half would fall back."""
-    plan = cut(meta, at)
+    """The program cut after ``at`` (around it, ``run_eagerly``: Note [Segments]), each compiled stage compiled by
+    ``compile_half`` (the pipeline, one cut fewer), and the runtime that calls them in order; None where it cannot
+    be cut there or a stage would fall back."""
+    plan = cut(meta, at, run_eagerly=run_eagerly)
     if isinstance(plan, str):
-        log.debug("not cut after %s: %s", at.name, plan)
+        log.debug("not cut at %s: %s", at.name, plan)
         return None
-    halves = []
-    examples, breaks = example_inputs_of(plan, meta, example_inputs), graph_breaks_of(plan, meta.graph_breaks)
-    halves_in = zip((plan.first, plan.second), examples, breaks)
-    for graph, half_examples, half_breaks in halves_in:
-        half = compile_half(graph, half_examples, half_breaks)
-        if half.fallback is not None:
-            log.debug("not cut after %s: a half falls back: %s", at.name, half.fallback.reason)
+    compiled: list[Any] = []
+    runners: list[Callable[..., Any]] = []
+    for stage in plan.stages:
+        if not stage.compiled:
+            runners.append(stage.graph.forward)
+            continue
+        examples = [_example(meta, plan, source, example_inputs) for source in stage.sources]
+        program = compile_half(stage.graph, examples, _graph_breaks_of(plan, stage, meta.graph_breaks))
+        if program.fallback is not None:
+            log.debug("not cut at %s: a segment falls back: %s", at.name, program.fallback.reason)
             return None
-        halves.append(half)
-    expected = [t.requires_grad for t in crossing_examples(meta, plan)]
-
-    def on_mismatch() -> None:
-        log.warning(
-            "predispatch_views: the values crossing the cut after %s require grad other than the compiled code "
-            "after it expects; that code runs uncompiled (eager's ops) for this call",
-            at.name,
-        )
-
-    return halves, segmented_runtime(plan, halves[0].run, halves[1].run, expected, on_mismatch)
+        compiled.append(program)
+        runners.append(_checked(meta, plan, stage, program.run))
+    return compiled, _runtime(plan, runners)
 
 
-@dataclass(frozen=True)
-class Cut:
-    """A program cut after one node: two graphs and how the runtime wires them."""
-
-    first: fx.GraphModule  # placeholders: the program inputs in first_inputs; returns the crossing values
-    second: fx.GraphModule  # placeholders: second_inputs' program inputs, then the crossing values it reads
-    first_inputs: tuple[int, ...]  # program inputs, by position
-    second_inputs: tuple[int, ...]  # program inputs, by position
-    second_crossing: tuple[int, ...]  # crossing values the second half reads, by position in first's outputs
-    # Where each program output comes from: ("first", j), ("second", j), ("arg", i) or ("constant", value).
-    outputs: tuple[tuple[str, Any], ...]
-    crossing: tuple[fx.Node, ...]  # the original nodes of first's outputs (their traced values: example inputs)
-
-
-def cut(meta: GraphMeta, at: fx.Node) -> Cut | str:
-    """Cut the program of ``meta`` right after ``at``; a string says why it cannot be cut there."""
-    nodes, order = meta.nodes, meta.order
-    output = meta.output
+def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str:
+    """The program of ``meta`` cut right after ``at``, or around it where ``at`` must run in eager; a string says
+    why it cannot be cut there."""
+    nodes, order, output = meta.nodes, meta.order, meta.output
     returned = output.args[0]
     if not isinstance(returned, (tuple, list)) or any(isinstance(r, (tuple, list, dict)) for r in returned):
         return "the program's outputs are not a flat tuple"
-    at = _end_of_grad_mode_region(meta, at)
-    if at is None:
-        return "the cut would lie inside a grad-mode region that does not end"
-    first_nodes = [n for n in nodes if n.op != "placeholder" and n is not output and order[n] <= order[at]]
-    second_nodes = [n for n in nodes if n.op != "placeholder" and n is not output and order[n] > order[at]]
-    if not second_nodes:
-        return "nothing follows the cut"
-    in_first = set(first_nodes)
-    crossing = [n for n in first_nodes if any(u not in in_first for u in n.users)]
-    for n in crossing:
-        if not isinstance(n.meta.get("val"), torch.Tensor):
-            return f"{n.name}, which the code after the cut reads, is not a tensor"
-    read_after = [n for n in crossing if any(u not in in_first and u is not output for u in n.users)]
-    for n in read_after:
-        if _restricted_view(meta, n) and any(
-            meta.root.get(m) is meta.root.get(n) and order[m] > taken_at(n, order)
-            for m in first_nodes
-            if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
-        ):
-            return f"the code after the cut reads {n.name}, a restricted view whose base is written after it was taken"
-    crossing_roots = {meta.root.get(n, n) for n in crossing}
-    for n in second_nodes:
-        for w in graph_ops.written_args(n):
-            if meta.root.get(w, w) in crossing_roots:
-                return f"{n.name} after the cut writes {w.name}, which aliases a value computed before it"
+    body = [n for n in nodes if n.op != "placeholder" and n is not output]
+    if run_eagerly:
+        if _grad_mode_before(meta, at) != meta.grad_enabled:
+            return "the call runs inside a grad-mode region"
+        middle = {at} | {u for u in at.users if u.op == "call_function" and u.target is operator.getitem}
+        groups = [
+            ("first", [n for n in body if order[n] < order[at]], True),
+            ("middle", [n for n in body if n in middle], False),
+            ("second", [n for n in body if order[n] > order[at] and n not in middle], True),
+        ]
+    else:
+        end = _end_of_grad_mode_region(meta, at)
+        if end is None:
+            return "the cut would lie inside a grad-mode region that does not end"
+        groups = [
+            ("first", [n for n in body if order[n] <= order[end]], True),
+            ("second", [n for n in body if order[n] > order[end]], True),
+        ]
+        if not groups[1][1]:
+            return "nothing follows the cut"
+    groups = [g for g in groups if g[1]]
+    stage_of = {n: name for name, members, _ in groups for n in members}
+    for name, members, compiled in groups:
+        if compiled and (reason := _refused(meta, members, stage_of, name)) is not None:
+            return reason
+    stages: list[Stage] = []
+    returned_by: dict[fx.Node, Source] = {}
+    position = {p: i for i, p in enumerate(meta.placeholders)}
+    for name, members, compiled in groups:
+        inside = set(members)
+        graph, env, sources = fx.Graph(), {}, []
 
-    placeholders = meta.placeholders
-    position = {p: i for i, p in enumerate(placeholders)}
-    first_graph, first_env = fx.Graph(), {}
-    first_inputs = [i for i, p in enumerate(placeholders) if any(u in in_first for u in p.users)]
-    for i in first_inputs:
-        first_env[placeholders[i]] = _copy_placeholder(first_graph, placeholders[i])
-    for n in first_nodes:
-        first_env[n] = first_graph.node_copy(n, first_env.__getitem__)
-    first_graph.output(tuple(first_env[n] for n in crossing))
+        def read(i: fx.Node, graph: fx.Graph = graph, env: dict = env, sources: list = sources) -> fx.Node:
+            if i not in env:
+                env[i] = graph.placeholder(i.name)
+                env[i].meta = dict(i.meta)
+                sources.append(("arg", position[i]) if i in position else returned_by[i])
+            return env[i]
 
-    second_set = set(second_nodes)
-    second_graph, second_env = fx.Graph(), {}
-    second_inputs = [i for i, p in enumerate(placeholders) if any(u in second_set for u in p.users)]
-    for i in second_inputs:
-        second_env[placeholders[i]] = _copy_placeholder(second_graph, placeholders[i])
-    crossing_index = {n: j for j, n in enumerate(crossing)}
-    second_crossing = [j for j, n in enumerate(crossing) if any(u in second_set for u in n.users)]
-    for j in second_crossing:
-        second_env[crossing[j]] = _copy_placeholder(second_graph, crossing[j])
-    for n in second_nodes:
-        second_env[n] = second_graph.node_copy(n, second_env.__getitem__)
-    second_returned = [r for r in dict.fromkeys(returned) if isinstance(r, fx.Node) and r in second_set]
-    second_index = {n: j for j, n in enumerate(second_returned)}
-    second_graph.output(tuple(second_env[n] for n in second_returned))
-
-    outputs: list[tuple[str, Any]] = []
+        for n in members:
+            for i in n.all_input_nodes:
+                if i not in inside:
+                    read(i)
+            env[n] = graph.node_copy(n, env.__getitem__)
+        kept = [n for n in members if any(u not in inside for u in n.users)]
+        for j, n in enumerate(kept):
+            returned_by[n] = (name, j)
+            if not isinstance(n.meta.get("val"), torch.Tensor) and any(u is not output for u in n.users):
+                return f"{n.name}, which a later segment reads, is not a tensor"
+        graph.output(tuple(env[n] for n in kept))
+        stages.append(Stage(name, fx.GraphModule(meta.gm, graph), tuple(sources), compiled, tuple(kept)))
+    outputs: list[Source] = []
     for r in returned:
         if not isinstance(r, fx.Node):
             outputs.append(("constant", r))
-        elif r in position:
-            outputs.append(("arg", position[r]))
-        elif r in crossing_index:
-            outputs.append(("first", crossing_index[r]))
         else:
-            outputs.append(("second", second_index[r]))
-    return Cut(
-        first=fx.GraphModule(meta.gm, first_graph),
-        second=fx.GraphModule(meta.gm, second_graph),
-        first_inputs=tuple(first_inputs),
-        second_inputs=tuple(second_inputs),
-        second_crossing=tuple(second_crossing),
-        outputs=tuple(outputs),
-        crossing=tuple(crossing),
-    )
+            outputs.append(("arg", position[r]) if r in position else returned_by[r])
+    return Cut(tuple(stages), tuple(outputs))
 
 
-def crossing_examples(meta: GraphMeta, plan: Cut) -> list[torch.Tensor]:
-    """Example inputs for the second half's crossing placeholders: the traced values, requiring grad where
-    eager's do (the capture's values never do). ``detach`` keeps the storage, so aliasing is seen as it is."""
-    examples = []
-    for j in plan.second_crossing:
-        value = plan.crossing[j].meta["val"].detach()
-        if crossing_requires_grad(meta, plan.crossing[j]) and (value.is_floating_point() or value.is_complex()):
-            value.requires_grad_(True)
-        examples.append(value)
-    return examples
+def _refused(meta: GraphMeta, members: list[fx.Node], stage_of: dict[fx.Node, str], name: str) -> str | None:
+    """Why a compiled segment cannot take what earlier segments hand it (Note [Segments]), or None."""
+    order, names = meta.order, list(dict.fromkeys(stage_of.values()))
+    earlier = [n for n in meta.nodes if n in stage_of and names.index(stage_of[n]) < names.index(name)]
+    inside = set(members)
+    handed = [n for n in earlier if any(u in inside for u in n.users)]
+    for n in handed:
+        if _restricted_view(meta, n) and any(
+            meta.root.get(m) is meta.root.get(n) and order[m] > taken_at(n, order)
+            for m in earlier
+            if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
+        ):
+            return f"{name} reads {n.name}, a restricted view whose base is written after it was taken"
+    earlier_set = set(earlier)
+    handed_roots = {meta.root.get(n, n) for n in earlier if any(u not in earlier_set for u in n.users)}
+    for n in members:
+        for w in graph_ops.written_args(n):
+            if meta.root.get(w, w) in handed_roots:
+                return f"{n.name} writes {w.name}, which aliases a value an earlier segment computed"
+    return None
 
 
-def crossing_requires_grad(meta: GraphMeta, n: fx.Node) -> bool:
+def _example(meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequence[Any]) -> Any:
+    """A compiled segment's example input: the program's own, or the traced value of an earlier segment's result,
+    requiring grad where eager's does (the capture's values never do); ``detach`` keeps the storage, so aliasing
+    is seen as it is."""
+    kind, index = source
+    if kind == "arg":
+        return example_inputs[index]
+    node = next(s for s in plan.stages if s.name == kind).nodes[index]
+    value = node.meta["val"].detach()
+    if requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
+        value.requires_grad_(True)
+    return value
+
+
+def requires_grad(meta: GraphMeta, n: fx.Node) -> bool:
     """Whether eager's value of ``n`` requires grad. An in-place call returns its target, which keeps requiring
-    grad when the call runs under no_grad (the record counts the call's result as made under no_grad)."""
+    grad when the call runs under no_grad (the record counts the call's result as made under no_grad); a call run
+    eagerly is asked on its inputs (a custom Function's output requires grad where one of them does)."""
     while True:
         if n in meta.requires_grad:
             return True
+        if graph_ops.runs_eagerly(n) or (n.target is operator.getitem and graph_ops.runs_eagerly(n.args[0])):
+            source = n if graph_ops.runs_eagerly(n) else n.args[0]
+            return meta.grad_enabled and any(requires_grad(meta, i) for i in source.all_input_nodes)
         target = graph_ops.mutated_input(n)
         if target is None:
             return False
         n = target
 
 
-def segmented_runtime(
-    plan: Cut,
-    run_first: Callable[..., Any],
-    run_second: Callable[..., Any],
-    expected_requires_grad: Sequence[bool],
-    on_mismatch: Callable[[], None],
-) -> Callable[..., Any]:
-    """``run(*args)``: the first half, then the second. The second half was compiled for crossing values that
-    require grad as ``expected_requires_grad`` says; a call whose values differ (the record's answer was wrong)
-    runs the second half's own eager ops instead (``plan.second``: the program's calls after the cut), after
-    ``on_mismatch``."""
-    first_inputs, second_inputs, second_crossing = plan.first_inputs, plan.second_inputs, plan.second_crossing
-    outputs, run_second_eagerly = plan.outputs, plan.second.forward
-    expected = tuple(expected_requires_grad)
+def _checked(meta: GraphMeta, plan: Cut, stage: Stage, run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run``, where the values earlier segments hand the stage require grad as it was compiled for; a call whose
+    values differ (the record's answer was wrong) runs the stage's own eager ops instead."""
+    handed = [k for k, (kind, _) in enumerate(stage.sources) if kind != "arg"]
+    if not handed:
+        return run
+    expected = tuple(_example(meta, plan, stage.sources[k], ()).requires_grad for k in handed)
+    run_eagerly = stage.graph.forward
+
+    def checked(*args: Any) -> Any:
+        if tuple(args[k].requires_grad for k in handed) == expected:
+            return run(*args)
+        log.warning(
+            "predispatch_views: the values handed to segment %s require grad other than it was compiled for; it "
+            "runs uncompiled (eager's ops) for this call",
+            stage.name,
+        )
+        return run_eagerly(*args)
+
+    return checked
+
+
+def _runtime(plan: Cut, runners: list[Callable[..., Any]]) -> Callable[..., Any]:
+    steps = [(stage.name, runner, stage.sources) for stage, runner in zip(plan.stages, runners)]
+    outputs = plan.outputs
 
     def run(*args: Any) -> tuple[Any, ...]:
-        first = run_first(*[args[i] for i in first_inputs])
-        crossing = [first[j] for j in second_crossing]
-        second_args = [args[i] for i in second_inputs] + crossing
-        if tuple(t.requires_grad for t in crossing) == expected:
-            second = run_second(*second_args)
-        else:
-            on_mismatch()
-            second = run_second_eagerly(*second_args)
-        sources = {"first": first, "second": second, "arg": args}
-        return tuple(value if kind == "constant" else sources[kind][value] for kind, value in outputs)
+        values: dict[str, Any] = {"arg": args}
+        for name, runner, sources in steps:
+            values[name] = runner(*[values[kind][index] for kind, index in sources])
+        return tuple(index if kind == "constant" else values[kind][index] for kind, index in outputs)
 
     return run
+
+
+def _graph_breaks_of(plan: Cut, stage: Stage, breaks: GraphBreaks) -> GraphBreaks:
+    """Where a segment meets a graph break: its outputs that are the program's cross the one after the program,
+    its inputs that are the program's come from the one before it."""
+    returned = {index for kind, index in plan.outputs if kind == stage.name}
+    from_program = {k for k, (kind, _) in enumerate(stage.sources) if kind == "arg"}
+    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned))
 
 
 def _restricted_view(meta: GraphMeta, n: fx.Node) -> bool:
@@ -246,10 +283,12 @@ def _writes(n: fx.Node) -> bool:
     return bool(graph_ops.written_args(n))
 
 
-def _copy_placeholder(graph: fx.Graph, n: fx.Node) -> fx.Node:
-    p = graph.placeholder(n.name)
-    p.meta = dict(n.meta)
-    return p
+def _grad_mode_before(meta: GraphMeta, at: fx.Node) -> bool:
+    grad = meta.grad_enabled
+    for n in meta.nodes[: meta.order[at]]:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+    return grad
 
 
 def _end_of_grad_mode_region(meta: GraphMeta, at: fx.Node) -> fx.Node | None:
@@ -265,19 +304,3 @@ def _end_of_grad_mode_region(meta: GraphMeta, at: fx.Node) -> fx.Node | None:
         if graph_ops.is_grad_mode_change(n) and bool(n.args[0]) == meta.grad_enabled:
             return n
     return None
-
-
-def graph_breaks_of(plan: Cut, breaks: GraphBreaks) -> tuple[GraphBreaks, GraphBreaks]:
-    """Where each half meets a graph break: the first half's outputs that are the program's cross the one after
-    the program, the second half's inputs that are the program's come from the one before it."""
-    returned = {j for kind, j in plan.outputs if kind == "first"}
-    first = dataclasses.replace(breaks, outputs_after=frozenset(returned))
-    second = dataclasses.replace(breaks, inputs_before=frozenset(range(len(plan.second_inputs))))
-    return first, second
-
-
-def example_inputs_of(plan: Cut, meta: GraphMeta, example_inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """Example inputs of the two halves."""
-    first = [example_inputs[i] for i in plan.first_inputs]
-    second = [example_inputs[i] for i in plan.second_inputs] + crossing_examples(meta, plan)
-    return first, second

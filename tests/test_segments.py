@@ -15,7 +15,19 @@ import torch
 import predispatch_views
 from predispatch_views import pipeline
 from predispatch_views.fallbacks import FallbackKind
-from tests.parity_utils import assert_matches_eager
+from tests.parity_utils import assert_matches_eager, view_nodes
+
+
+class ReturnsItsInput(torch.autograd.Function):
+    """Eager returns a view of the input whose grad_fn is this Function's backward (which halves the gradient)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 0.5
 
 
 def read_after_a_write_through_a_view(x: torch.Tensor) -> Any:
@@ -187,3 +199,48 @@ def test_explain_shows_each_segment() -> None:
     assert "cut into 2 segments" in text and "cut after mul_" in text
     assert "segment 0: core graph" in text and "segment 1: epilogue source" in text
     assert "fallback reasons ==\nnone" in text
+
+
+def function_returning_its_input_then_unbind(x: torch.Tensor) -> Any:
+    return ReturnsItsInput.apply(x.mul(2)).unbind(0)
+
+
+def function_returning_its_input_between_compiled_code(x: torch.Tensor) -> Any:
+    y = x.sin()
+    t = ReturnsItsInput.apply(y)
+    return t, t.view(-1).unbind(0)[0].cos(), y * 2, t.exp()
+
+
+def function_returning_its_input_first(x: torch.Tensor) -> Any:
+    t = ReturnsItsInput.apply(x)
+    return t.mul(3).split(1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        function_returning_its_input_then_unbind,
+        function_returning_its_input_between_compiled_code,
+        function_returning_its_input_first,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_compile_function_runs_a_function_returning_its_input_between_segments(fn: Callable[..., Any]) -> None:
+    # It ran eagerly before (eager's output is a view of the input with the Function's backward, which AOTAutograd
+    # cannot produce); now the call runs in eager between two compiled segments: strict, every probe eager's.
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]
+
+    compiled = predispatch_views.compile_function(fn, inner="aot_eager", strict=True)
+    assert_matches_eager(fn, compiled, make_inputs)
+    outs = compiled(*make_inputs())
+    outs = [outs] if isinstance(outs, torch.Tensor) else list(outs)
+    expected = fn(*make_inputs())
+    assert view_nodes(outs) == view_nodes([expected] if isinstance(expected, torch.Tensor) else list(expected))
+    with pytest.raises(pipeline.StrictModeError, match="returns an input"):
+        original = pipeline.MAX_CUT_DEPTH
+        pipeline.MAX_CUT_DEPTH = 0
+        try:
+            predispatch_views.compile_function(fn, inner="aot_eager", strict=True)(*make_inputs())
+        finally:
+            pipeline.MAX_CUT_DEPTH = original

@@ -156,7 +156,9 @@ def eval_dropout_is_traced_as_its_input() -> bool:
     return decompositions.dropout(probe, 0.5, False) is probe
 
 
-def record_opaque_call(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def record_opaque_call(
+    target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], node_meta: Callable[[Any], dict[str, Any]] | None = None
+) -> Any:
     """Inside a make_fx trace, record ``target(*args, **kwargs)`` as one node instead of tracing through it, as
     torch's own higher-order ops do under proxy tracing (``trace_cond``); graph-module arguments become submodules
     of the traced graph. The result is computed on the fake inputs with tracing off."""
@@ -177,6 +179,8 @@ def record_opaque_call(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         out = target(*args, **kwargs)
     proxy_args = pytree.tree_map(tracer.unwrap_proxy, args)
     proxy = tracer.create_proxy("call_function", target, proxy_args, kwargs)
+    if node_meta is not None:  # facts about the call found on its result (``node_meta(out)``)
+        proxy.node.meta.update(node_meta(out))
     return track_tensor_tree(out, proxy, constant=None, tracer=tracer)
 
 
