@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from torch import fx
 
 from . import fallback_rules as rules
-from . import graph_ops
+from . import graph_ops, output_rules
 from .fallbacks import Fallback
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta, is_any_view
 
@@ -160,9 +160,9 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
             resolved[n] = source
         else:
             externals.append(n)
-    if (fallback := rules.unreproduced_output_alias(meta, epilogue, resolved, externals)) is not None:
+    if (fallback := output_rules.unreproduced_output_alias(meta, epilogue, resolved, externals)) is not None:
         return fallback
-    if (fallback := rules.core_writes_through_a_view(meta, epilogue, externals)) is not None:
+    if (fallback := output_rules.core_writes_through_a_view(meta, epilogue, externals)) is not None:
         return fallback
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
 

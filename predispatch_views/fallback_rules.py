@@ -41,13 +41,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import fx
 
-from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
-from .graph_meta import GraphMeta, is_any_view, numel, taken_at
+from .graph_meta import GraphMeta, is_any_view, taken_at
 
 
 def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
@@ -339,60 +337,4 @@ def view_fn_write_under_compiled_autograd(meta: GraphMeta, epilogue: set[fx.Node
                 )
             source = target.args[0]
             target = source if isinstance(source, fx.Node) else None
-    return None
-
-
-def unreproduced_output_alias(
-    meta: GraphMeta, epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node], externals: list[fx.Node]
-) -> Fallback | None:
-    """The plan check of Note [The invariant] (pipeline.py): an output computed by the core must not alias an
-    input or another core value in the trace. Replayed views may alias what they view (the core value the
-    epilogue reads, which may itself be returned: ``return *y.unbind(0), y``); any other alias would come back as
-    AOTAutograd regenerates it, not as eager made it.
-    """
-    owners: dict[int, tuple[fx.Node, str]] = {}
-    for p in meta.placeholders:
-        if isinstance(value := p.meta.get("val"), torch.Tensor):
-            owners.setdefault(ti.storage_id(value), (p, f"input {p.name}"))
-    for n in externals:
-        if isinstance(value := n.meta.get("val"), torch.Tensor) and any(u in epilogue for u in n.users):
-            owners.setdefault(ti.storage_id(value), (n, f"{n.name}, which the epilogue views"))
-    for k, n in enumerate(dict.fromkeys(meta.outputs)):
-        value = n.meta.get("val")
-        if not isinstance(value, torch.Tensor) or n.op == "placeholder" or n in epilogue or n in resolved:
-            continue
-        owner, what = owners.setdefault(ti.storage_id(value), (n, f"output {k}"))
-        if owner is not n:
-            return Fallback(
-                FallbackKind.UNREPRODUCED_OUTPUT_ALIAS,
-                f"output {k} ({n.name}, {graph_ops.op_name(n)}) aliases {what} in the trace, but no view call "
-                "the epilogue can replay produces it",
-            )
-    return None
-
-
-def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], externals: list[fx.Node]) -> Fallback | None:
-    """A base the epilogue views, or a value returned as it is, must come back from the core as a plain output.
-    Written inside the core through a view that covers all of it (``y.view(shape).add_(1)``,
-    ``y.unsqueeze(0).normal_()``), AOTAutograd returns it as an alias of the functional result it regenerates it
-    from: a view where eager's is none (fuzzer s53_155), and for a base the epilogue views, one made inside its
-    autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), whose replayed views eager's in-place writes would be
-    refused. Writes through a partial view (``y[0].add_(1)``) come back as plain outputs.
-    """
-    root = meta.root
-    viewed = {n for n in externals if any(u in epilogue for u in n.users)}
-    returned = {n for n in meta.outputs if n in externals and not is_any_view(n)}
-    bases = viewed | returned
-    for m in meta.mutations:
-        target = graph_ops.mutated_input(m)
-        if m in epilogue or target is None or not graph_ops.is_data_mutation(m) or not is_any_view(target):
-            continue
-        for base in bases:
-            if root.get(target) is root.get(base) and numel(target) == numel(base):
-                what = "the epilogue views it" if base in viewed else "returns it, which eager returns as no view"
-                return Fallback(
-                    FallbackKind.CORE_WRITES_THROUGH_A_VIEW,
-                    f"the compiled region writes to {base.name} through a view ({m.name}), and {what}: "
-                    "AOTAutograd would return it as an alias of its own base",
-                )
     return None

@@ -165,7 +165,7 @@ class FallbackKind(enum.Enum):
         "(fuzzer s53_155, `t0.unsqueeze(0).normal_(); return t0`), and for a base the epilogue views, one made "
         "inside its autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), so eager's in-place writes to the "
         "replayed views would be refused (found by the fuzzer).",
-        "fallback_rules.py",
+        "output_rules.py",
         "AOTAutograd would return it as an alias of its own base",
     )
 
@@ -175,7 +175,7 @@ class FallbackKind(enum.Enum):
         "replay produces it`",
         "computed by the core, it would come back as AOTAutograd regenerates it, not as eager made it (the plan "
         "check of Note [The invariant] in pipeline.py).",
-        "fallback_rules.py",
+        "output_rules.py",
         "the epilogue can replay produces it",
     )
 

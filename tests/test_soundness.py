@@ -179,6 +179,21 @@ def _rg_nonleaf(*shape: int) -> Callable[[], list[torch.Tensor]]:
     return lambda: [_rg(*shape)()[0].mul(1)]
 
 
+def core_writes_through_a_transposed_split(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s702_26: crash
+    t0 = b.mul(2.0)
+    t0.t_()
+    t1 = a[:, 1:3]
+    t3, _ = t0.split_with_sizes([2, 1], 0)
+    with torch.no_grad():
+        t3.mul_(2.0)  # written back with t(slice_scatter(...)): AOTAutograd returns t0 as a view
+    return (t1, t0)
+
+
+def _aliased_pair() -> list[torch.Tensor]:
+    source = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)
+    return [source[0], source[1]]
+
+
 # name -> (program, inputs, the fallback reason it must give, or None when it must replay without one)
 REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], str | None]] = {
     "custom_function_returns_input": (custom_function_returns_input, _rg(2, 2), "custom autograd.Function"),
@@ -201,6 +216,11 @@ REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], st
     "two_writes_then_saving_read": (two_writes_then_saving_read, _rg(2, 3), "for backward"),
     "metadata_write_then_saving_read": (metadata_write_then_saving_read, _rg(3, 2), None),  # cut after the write
     "base_written_through_full_view": (base_written_through_full_view, _rg(2, 1), "alias of its own base"),
+    "core_writes_through_a_transposed_split": (
+        core_writes_through_a_transposed_split,
+        _aliased_pair,
+        "alias of its own base",
+    ),
     "no_grad_write_read_by_core": (no_grad_write_read_by_core, _rg_nonleaf(3), None),  # cut after the write
     "view_reshaped_in_place_after_base_write": (
         view_reshaped_in_place_after_base_write,

@@ -1,0 +1,94 @@
+"""Stage 2b, continued: the fallback rules about what the compiled core returns (fallback_rules.py has the rest).
+A core output must come back from AOTAutograd as eager made it: a plain tensor, or an alias the epilogue
+recreates with eager's own view call."""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+from . import _torch_internals as ti
+from . import graph_ops
+from .fallbacks import Fallback, FallbackKind
+from .graph_meta import GraphMeta, is_any_view, numel
+
+
+def unreproduced_output_alias(
+    meta: GraphMeta, epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node], externals: list[fx.Node]
+) -> Fallback | None:
+    """The plan check of Note [The invariant] (pipeline.py): an output computed by the core must not alias an
+    input or another core value in the trace. Replayed views may alias what they view (the core value the
+    epilogue reads, which may itself be returned: ``return *y.unbind(0), y``); any other alias would come back as
+    AOTAutograd regenerates it, not as eager made it.
+    """
+    owners: dict[int, tuple[fx.Node, str]] = {}
+    for p in meta.placeholders:
+        if isinstance(value := p.meta.get("val"), torch.Tensor):
+            owners.setdefault(ti.storage_id(value), (p, f"input {p.name}"))
+    for n in externals:
+        if isinstance(value := n.meta.get("val"), torch.Tensor) and any(u in epilogue for u in n.users):
+            owners.setdefault(ti.storage_id(value), (n, f"{n.name}, which the epilogue views"))
+    for k, n in enumerate(dict.fromkeys(meta.outputs)):
+        value = n.meta.get("val")
+        if not isinstance(value, torch.Tensor) or n.op == "placeholder" or n in epilogue or n in resolved:
+            continue
+        owner, what = owners.setdefault(ti.storage_id(value), (n, f"output {k}"))
+        if owner is not n:
+            return Fallback(
+                FallbackKind.UNREPRODUCED_OUTPUT_ALIAS,
+                f"output {k} ({n.name}, {graph_ops.op_name(n)}) aliases {what} in the trace, but no view call "
+                "the epilogue can replay produces it",
+            )
+    return None
+
+
+def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], externals: list[fx.Node]) -> Fallback | None:
+    """A base the epilogue views, or a value returned as it is, must come back from the core as a plain output.
+    Written inside the core through a view that covers all of it (``y.view(shape).add_(1)``,
+    ``y.unsqueeze(0).normal_()``), AOTAutograd returns it as an alias of the functional result it regenerates it
+    from: a view where eager's is none (fuzzer s53_155), and for a base the epilogue views, one made inside its
+    autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), whose replayed views eager's in-place writes would be
+    refused. Writes through a partial view (``y[0].add_(1)``) come back as plain outputs, unless the chain holds a
+    view whose inverse is a view (``y.t()[0]``: functionalization writes back with ``t(slice_scatter(...))``, an
+    alias again; fuzzer s702_26).
+    """
+    root = meta.root
+    viewed = {n for n in externals if any(u in epilogue for u in n.users)}
+    returned = {n for n in meta.outputs if n in externals and not is_any_view(n)}
+    bases = viewed | returned
+    for m in meta.mutations:
+        target = graph_ops.mutated_input(m)
+        if m in epilogue or target is None or not graph_ops.is_data_mutation(m) or not is_any_view(target):
+            continue
+        for base in bases:
+            if root.get(target) is root.get(base) and (
+                numel(target) == numel(base) or _written_back_through_a_view(target, base)
+            ):
+                what = "the epilogue views it" if base in viewed else "returns it, which eager returns as no view"
+                return Fallback(
+                    FallbackKind.CORE_WRITES_THROUGH_A_VIEW,
+                    f"the compiled region writes to {base.name} through a view ({m.name}), and {what}: "
+                    "AOTAutograd would return it as an alias of its own base",
+                )
+    return None
+
+
+# Views whose functional inverse is a scatter into a fresh tensor (slice_scatter, select_scatter...).
+_SCATTERED_BACK = {"slice", "select", "narrow", "split", "split_with_sizes", "unbind", "chunk", "tensor_split"}
+
+
+def _written_back_through_a_view(target: fx.Node, base: fx.Node) -> bool:
+    """Whether functionalization writes ``target`` back into ``base`` through a view op (``t``, ``view``,
+    ``unsqueeze``, an in-place metadata change...): the written base then comes back as a view of the scatter."""
+    n = target
+    while n is not base:
+        if graph_ops.is_view_getitem(n):
+            n = n.args[0]
+        if graph_ops.is_metadata_mutation(n):
+            return True
+        if not graph_ops.is_view(n) or not isinstance(n.args[0], fx.Node):
+            return False
+        if graph_ops.schema_name(n) not in _SCATTERED_BACK:
+            return True
+        n = n.args[0]
+    return False
