@@ -244,3 +244,14 @@ def test_compile_function_runs_a_function_returning_its_input_between_segments(f
             predispatch_views.compile_function(fn, inner="aot_eager", strict=True)(*make_inputs())
         finally:
             pipeline.MAX_CUT_DEPTH = original
+
+
+def test_segments_under_the_flag_with_inductor() -> None:
+    # The flag's default inner backend compiles each segment; the program still matches eager, in 3 segments.
+    fn, make_inputs = PROGRAMS["two_cuts"]
+    torch._dynamo.reset()
+    pipeline.GRAPHS.clear()
+    with predispatch_views.enable():
+        assert_matches_eager(fn, torch.compile(fn), _seeded(make_inputs))
+    assert any(detail.endswith("in 3 segments") for _, _, detail in pipeline.GRAPHS), list(pipeline.GRAPHS)
+    torch._dynamo.reset()
