@@ -93,6 +93,14 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pytorch-tests-timeout", type=float, default=600.0, help="--pytorch-tests: seconds one test may take"
     )
+    parser.add_argument(
+        "--pytorch-tests-mode",
+        default="auto",
+        choices=("auto", "dynamo-wrapped", "swapped"),
+        help="--pytorch-tests: dynamo-wrapped (each test body under torch.compile), swapped (the file's own "
+        "compile calls routed through the prototype), or auto: swapped for test_aotdispatch.py and "
+        "test_functionalization.py (default: auto)",
+    )
     parser.set_defaults(run=run_compare)
 
 
