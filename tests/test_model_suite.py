@@ -20,7 +20,7 @@ import torch
 import predispatch_views
 from predispatch_views.compare.benchmarks import Settings
 from predispatch_views.compare.main import add_compare_arguments
-from predispatch_views.compare.model_suite import CASES, SUITE, step_shapes, suite_cases
+from predispatch_views.compare.model_suite import CASES, SUITE, PlainCase, step_shapes, suite_cases
 from predispatch_views.compare.models import (
     LengthResult,
     ModelRow,
@@ -29,6 +29,7 @@ from predispatch_views.compare.models import (
     find_defects,
     lengths_strategies,
     model_strategies,
+    plain_compile,
     plain_compile_inner,
     run_model,
     summary_markdown,
@@ -160,6 +161,34 @@ def test_the_flags_aot_eager_inner_compiles_without_inductor() -> None:
     assert type(outs[0].grad_fn).__name__ == "UnbindBackward0"
 
 
+class _BreakThenSplit(torch.nn.Module):
+    """A graph break, then views returned: the split is compiled in a resume frame every strategy shares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = self.linear(x)
+        torch._dynamo.graph_break()
+        return (h * 2).split([1, 3], dim=-1)
+
+
+def test_the_flag_row_compiles_its_own_code_after_a_graph_break() -> None:
+    """stock[X] and flag[X] are both plain torch.compile: without distinct names their inductor wrappers are
+    equal, and the flag row reuses the code stock compiled for the frame after the break (losing the views)."""
+    case = PlainCase("break_then_split", _BreakThenSplit, lambda b, n, g: {"x": torch.randn(b, n, 4, generator=g)})
+    strategies = model_strategies((), flag_inner="aot_eager", alternatives=False)
+    assert [s.label for s in strategies] == ["eager", "stock[aot_eager]", "flag[aot_eager]"]
+    assert plain_compile("aot_eager", flag=True).label == "flag[aot_eager]"
+    rows = run_model(case, strategies, SETTINGS, warm_up=False)  # type: ignore[arg-type]
+    eager_row, stock_row, flag_row = rows
+    assert eager_row.views_eager == 2
+    assert stock_row.views_kept == 0  # stock returns them as plain tensors (the unsafe fix)
+    assert not flag_row.error and flag_row.outcomes.get("replayed", 0) >= 1, flag_row.outcomes
+    assert flag_row.views_kept == 2 and flag_row.aliasing_as_eager and flag_row.defects == []
+
+
 def _row(label: str, **fields: object) -> ModelRow:
     inner = None if label == "eager" else "aot_eager"
     row = ModelRow("m", label, inner, "plain", outputs_match=True, grads_match=True, aliasing_as_eager=True)
@@ -199,8 +228,22 @@ def test_fallback_reasons_are_named_by_their_fallbacks_entry() -> None:
     assert fallback_table([_row("eager")]) == "No prototype fallback in the 1 models run."
 
 
+# Eager's logits are a view here: nn.Linear with a bias on a 3-D input is at::linear's addmm then ``view``
+# (CompositeImplicit). Stock and the prototype (backend and flag) both return a plain tensor: not a defect by the
+# suite's rule (stock differs too), but a view of eager's the prototype does not keep (helperB, 2084dba).
+LINEAR_BIAS_VIEW = {"gptj", "codegen", "roberta", "distilbert", "albert", "deberta", "deberta_v2", "mpnet"}
+
+
 @pytest.mark.slow  # every entry of the table: about a minute each on 2 shared cores
-@pytest.mark.parametrize("name", [c.name for c in SUITE])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(c.name, marks=pytest.mark.xfail(strict=True, reason="linear+bias logits view lost"))
+        if c.name in LINEAR_BIAS_VIEW
+        else c.name
+        for c in SUITE
+    ],
+)
 def test_every_entry_trains_as_eager_where_stock_does(name: str) -> None:
     case = _entry(name)
     if not case.available():  # type: ignore[attr-defined]

@@ -100,13 +100,22 @@ def plain_compile_inner(inner: str) -> Iterator[None]:
         compile_fx_module.compile_fx = original
 
 
+def plain_compile_name(inner: str, flag: bool) -> str:
+    """The ``name`` of a plain ``torch.compile`` row. fresh_copy gives each strategy its own top frame, but the
+    frames Dynamo compiles after a graph break (a module's ``forward``) are shared; their cache entries are
+    reused by any equal backend, and two inductor wrappers are equal unless their names differ. Without it the
+    flag row would run the code stock compiled for those frames (the flag is read only when Dynamo compiles).
+    The name is debug metadata: not in inductor's cache key, no effect on the compiled code."""
+    return f"predispatch_views_{'flag' if flag else 'stock'}_{inner}"
+
+
 def plain_compile(inner: str, flag: bool) -> Strategy:
     """Plain ``torch.compile(fn)`` with the flag on (``flag[inner]``) or off (``stock[inner]``), static shapes."""
 
     def make(fn: Callable[..., Any]) -> Callable[..., Any]:
         from .. import enable
 
-        compiled = torch.compile(fn, dynamic=False)
+        compiled = torch.compile(fn, dynamic=False, name=plain_compile_name(inner, flag))
 
         def run(*args: Any, **kwargs: Any) -> Any:
             # The flag is read when Dynamo compiles: on around every call, so that a recompile sees it too.
@@ -433,7 +442,7 @@ def _plain_compile_strategy(label: str, reference: str | None, flag: bool, inner
     def make(fn: Callable[..., Any], recorder: GraphRecorder) -> Callable[..., Any]:
         from .. import enable
 
-        compiled = torch.compile(fn, dynamic=None)
+        compiled = torch.compile(fn, dynamic=None, name=plain_compile_name(inner, flag))
 
         def run(**kwargs: Any) -> Any:
             # The flag is read when Dynamo compiles: every call, so that each recompile sees it.
