@@ -149,7 +149,13 @@ def core_reads_a_replayed_mutation(n: fx.Node, mutation: fx.Node) -> Fallback:
 def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> Fallback | None:
     """See Note [Mutations the epilogue must not replay]."""
     last_core_op = max(
-        (meta.order[n] for n in meta.nodes if n.op == "call_function" and (n not in epilogue or n in duplicated)),
+        (
+            meta.order[n]
+            for n in meta.nodes
+            if n.op == "call_function"
+            and (n not in epilogue or n in duplicated)
+            and not graph_ops.is_grad_mode_change(n)  # leaving a ``with torch.no_grad()`` computes nothing
+        ),
         default=-1,
     )
     for m in meta.mutations:
@@ -164,7 +170,7 @@ def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: s
                 cut_after=m,
             )
         base = meta.root[m]  # a metadata mutation bumps the version counter too
-        reader = _may_save(meta, base, epilogue, duplicated)
+        reader = may_save(meta, base, epilogue, duplicated)
         # A reader after the write is compiled after it once the program is cut there (Note [Segments]).
         cut_after = m if reader is not None and meta.order[reader] > meta.order[m] else None
         if reader is None and _saves_its_result_and_is_read_after(meta, m, base, epilogue):
@@ -195,7 +201,7 @@ def _saves_its_result_and_is_read_after(meta: GraphMeta, m: fx.Node, base: fx.No
     return any(i in read for n in after if n not in unread_writes for i in n.all_input_nodes)
 
 
-def _may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> fx.Node | None:
+def may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> fx.Node | None:
     """The first differentiable core op computing from ``base`` whose backward may read values.
 
     The partitioner may save ``base`` itself for any value the backward needs that is computed from it. Ops

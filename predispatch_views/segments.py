@@ -24,9 +24,12 @@ program did not:
   the first half writes with grad mode on after the view was taken: eager reads it only
   where an op asks for its ``grad_fn`` (``detach`` does not), and may raise its lazy error there ("Output 0 of
   Split is a view and its base ... has been modified inplace"); a compiled function asks on every call;
-- the second half writes (data or metadata) a value aliasing a crossing value: its inputs would then be
-  views it mutates, which AOTAutograd applies with a copy_ after its forward (another ``grad_fn``, and a
-  restricted view's lazy error read early: Note [A restricted view aliased by a write] in runtime.py);
+- the second half writes (data or metadata) a value aliasing a crossing value, where an earlier compiled segment
+  may save that value for backward (the write bumps its version: eager's backward raises if eager saved it, the
+  compiled one where the partitioner did; Note [Mutations the epilogue must not replay]), or where a restricted
+  view of it crosses too (its lazy error would be read early: Note [A restricted view aliased by a write] in
+  runtime.py). Otherwise the second half is a graph whose inputs alias each other and that writes one of them,
+  as a graph after a graph break is (Note [Inputs that alias each other] in analysis.py);
 - the program's outputs are not a flat tuple.
 A recorded call that must run in eager (a custom autograd.Function or checkpointed region whose forward returns
 an input or a view of one: eager returns a view of the input with the Function's own backward, which AOTAutograd
@@ -49,6 +52,7 @@ import torch
 from torch import fx
 
 from . import graph_ops
+from .fallback_rules import may_save
 from .graph_meta import GraphBreaks, GraphMeta, is_any_view, taken_at
 
 log = logging.getLogger("predispatch_views")
@@ -133,8 +137,9 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
             return "nothing follows the cut"
     groups = [g for g in groups if g[1]]
     stage_of = {n: name for name, members, _ in groups for n in members}
+    stage_compiled = {name: compiled for name, _, compiled in groups}
     for name, members, compiled in groups:
-        if compiled and (reason := _refused(meta, members, stage_of, name)) is not None:
+        if compiled and (reason := _refused(meta, members, stage_of, name, stage_compiled)) is not None:
             return reason
     stages: list[Stage] = []
     returned_by: dict[fx.Node, Source] = {}
@@ -171,7 +176,9 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
     return Cut(tuple(stages), tuple(outputs))
 
 
-def _refused(meta: GraphMeta, members: list[fx.Node], stage_of: dict[fx.Node, str], name: str) -> str | None:
+def _refused(
+    meta: GraphMeta, members: list[fx.Node], stage_of: dict[fx.Node, str], name: str, stage_compiled: dict[str, bool]
+) -> str | None:
     """Why a compiled segment cannot take what earlier segments hand it (Note [Segments]), or None."""
     order, names = meta.order, list(dict.fromkeys(stage_of.values()))
     earlier = [n for n in meta.nodes if n in stage_of and names.index(stage_of[n]) < names.index(name)]
@@ -185,11 +192,20 @@ def _refused(meta: GraphMeta, members: list[fx.Node], stage_of: dict[fx.Node, st
         ):
             return f"{name} reads {n.name}, a restricted view whose base is written after it was taken"
     earlier_set = set(earlier)
-    handed_roots = {meta.root.get(n, n) for n in earlier if any(u not in earlier_set for u in n.users)}
+    handed_all = [n for n in earlier if any(u not in earlier_set for u in n.users)]
+    handed_roots = {meta.root.get(n, n) for n in handed_all}
+    restricted_roots = {meta.root.get(n, n) for n in handed_all if _restricted_view(meta, n)}
+    compiled_before = {n for n in earlier if stage_compiled[stage_of[n]]}
     for n in members:
         for w in graph_ops.written_args(n):
-            if meta.root.get(w, w) in handed_roots:
-                return f"{n.name} writes {w.name}, which aliases a value an earlier segment computed"
+            root = meta.root.get(w, w)
+            if root not in handed_roots:
+                continue
+            if root in restricted_roots:
+                return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
+            skipped = {m for m in meta.nodes if m not in compiled_before}
+            if (saver := may_save(meta, root, skipped, set())) is not None:
+                return f"{n.name} writes {w.name}, whose base {saver.name} of an earlier compiled segment may save"
     return None
 
 

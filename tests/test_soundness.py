@@ -225,7 +225,7 @@ REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], st
     "view_reshaped_in_place_after_base_write": (
         view_reshaped_in_place_after_base_write,
         _rg_nonleaf(4, 1),
-        "an alias taken before",
+        None,  # cut after the write; the second segment writes the view it was handed (Note [Segments])
     ),
     "restricted_view_written_after_graph_break": (
         restricted_view_written_after_graph_break,
@@ -314,6 +314,7 @@ CUT_IN_SEGMENTS = {
     "view_taken_before_base_write_read_by_core",
     "metadata_write_then_saving_read",
     "no_grad_write_read_by_core",
+    "view_reshaped_in_place_after_base_write",
 }
 ALIAS_RETURNING = [
     n
