@@ -255,3 +255,24 @@ def test_segments_under_the_flag_with_inductor() -> None:
         assert_matches_eager(fn, torch.compile(fn), _seeded(make_inputs))
     assert any(detail.endswith("in 3 segments") for _, _, detail in pipeline.GRAPHS), list(pipeline.GRAPHS)
     torch._dynamo.reset()
+
+
+# Fuzz programs (seed 703, every dimension) that fell back on an ordering rule on dbdc8cb, where a later segment
+# writes a value an earlier one handed over: each now matches eager under every prototype setting, no fallback.
+SEED_703_CUT = [15, 39, 64, 75]
+
+
+@pytest.mark.parametrize("index", SEED_703_CUT)
+def test_fuzz_programs_that_cut_and_match_eager(index: int) -> None:
+    from predispatch_views.compare.fuzz import fuzz, fuzz_strategies
+    from predispatch_views.compare.fuzz_program import parse_dimensions
+
+    dimensions = parse_dimensions("all")
+    strategies = fuzz_strategies("aot_eager", dimensions)
+    results = fuzz(1, 703, strategies, do_shrink=False, start=index, dimensions=dimensions)
+    assert not results.failures
+    ((_, row),) = results.programs
+    prototype = {label: r for label, r in row.items() if label.startswith("prototype")}
+    assert prototype and all(r.outcome.kind == "match" and not r.fallbacks for r in prototype.values()), {
+        label: (r.outcome.kind, r.fallbacks[:1]) for label, r in prototype.items()
+    }
