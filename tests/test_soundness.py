@@ -839,3 +839,29 @@ def test_a_replayed_copy_reads_its_source_before_a_later_compiled_write(entry: s
     a, b = torch.tensor([1.5, -2.0]), torch.tensor([1.5, -2.0])
     torch.testing.assert_close(compiled(a)[0], fn(b)[0])
     torch.testing.assert_close(a, b)
+
+
+def returns_an_input_through_eval_dropout(c: torch.Tensor) -> Any:  # fuzzer s704_253 (open)
+    t1 = c.mul(-0.5).clone() * 3
+    return t1.view(-1).cos(), F.dropout(c, 0.5, False)  # eval dropout returns c itself
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect, fuzzer s704_253 (on the session-start engine 2084dba too): after the caller writes the "
+    "returned input in place, a backward through both outputs raises 'modified by an inplace operation' from the "
+    "compiled core, where eager and stock run; the core saves one more tensor than stock's graph",
+)
+def test_writing_an_input_returned_through_eval_dropout_then_backward() -> None:
+    def run(fn: Callable[..., Any]) -> Any:
+        source = torch.randn(2, 2, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        outs = fn(source.mul(1)[1])
+        outs[1].mul_(2)
+        return outcome(lambda: torch.autograd.backward(list(outs), [torch.ones_like(o) for o in outs]))
+
+    torch._dynamo.reset()
+    assert run(returns_an_input_through_eval_dropout)[0] == "ok"
+    assert run(torch.compile(returns_an_input_through_eval_dropout, backend="aot_eager"))[0] == "ok"
+    torch._dynamo.reset()
+    compiled = torch.compile(returns_an_input_through_eval_dropout, backend=pv.backend("aot_eager"))
+    assert run(compiled) == run(returns_an_input_through_eval_dropout)
