@@ -850,7 +850,8 @@ def returns_an_input_through_eval_dropout(c: torch.Tensor) -> Any:  # fuzzer s70
     strict=True,
     reason="open defect, fuzzer s704_253 (on the session-start engine 2084dba too): after the caller writes the "
     "returned input in place, a backward through both outputs raises 'modified by an inplace operation' from the "
-    "compiled core, where eager and stock run; the core saves one more tensor than stock's graph",
+    "compiled core, where eager and stock run: the core saves an alias of the input and recomputes its pointwise "
+    "chain in the backward (eager saves the chain's end), and the caller's write makes that save stale",
 )
 def test_writing_an_input_returned_through_eval_dropout_then_backward() -> None:
     def run(fn: Callable[..., Any]) -> Any:
