@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from . import _torch_internals as ti
 from . import fallback_rules as rules
 from . import graph_ops, output_rules
 from .fallbacks import Fallback
@@ -173,6 +174,8 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
     epilogue: set[fx.Node] = set()
 
     def replayable(n: fx.Node) -> bool:
+        if graph_ops.is_dropout(n) and _core_may_save_the_input_of(meta, n):
+            return False  # Note [An eval dropout of an input the core reads]
         if is_any_view(n) or n in meta.sym_from_inputs:
             return True
         target = graph_ops.mutated_input(n)
@@ -209,6 +212,31 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
                     pull(i)
                 changed = True
     return epilogue
+
+
+# Note [An eval dropout of an input the core reads]
+# ``dropout`` in eval mode returns its input itself (Note [Ops that return their input] in graph_ops.py), so the
+# epilogue replays it and the caller gets the input back, as in eager. If the core also computes from that input,
+# AOTAutograd's partitioner may save the input (or an alias of it) to recompute a chain in the backward, where
+# eager saved the chain's end. A caller who then writes the returned tensor bumps the input's version counter and
+# the compiled backward raises "modified by an inplace operation" where eager runs (fuzzer s704_253). Stock has
+# the same exposure for every op that returns its input (``type_as``, ``contiguous``), but on torch 2.13 its
+# decomposition of eval dropout returns ``input.clone()``, so stock runs. There the dropout stays in the core and
+# returns a fresh tensor, stock's answer; on a torch whose decomposition returns the input, stock returns the input
+# too and the epilogue replays it.
+
+
+def _core_may_save_the_input_of(meta: GraphMeta, dropout: fx.Node) -> bool:
+    """The dropout returns (an alias of) a graph input that compiled code also computes from."""
+    if ti.eval_dropout_is_traced_as_its_input() or not graph_ops.returns_its_input(dropout):
+        return False
+    root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
+    if root is None or root.op != "placeholder":
+        return False
+    return any(
+        not is_any_view(n) and n is not meta.output and any(meta.root.get(i) is root for i in n.all_input_nodes)
+        for n in meta.nodes
+    )
 
 
 def _tainted(

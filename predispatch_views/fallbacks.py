@@ -203,8 +203,7 @@ class FallbackKind(enum.Enum):
 
     AUTOGRAD_FUNCTION_IN_GRAPH = FallbackReason(
         "a custom `autograd.Function` that marks an input dirty (`ctx.mark_dirty`) inside a Dynamo graph",
-        "`a custom autograd.Function that marks an input dirty (an in-place write inside an op the core keeps "
-        "opaque)`",
+        "`a custom autograd.Function that marks an input dirty (an in-place write inside an op the core keeps opaque)`",
         "the core keeps every other custom Function as one opaque node, forward and backward, as stock does (Note "
         "[Custom autograd.Functions in the core] in capture.py); a dirty input is an in-place write the rules "
         "would not see inside it.",

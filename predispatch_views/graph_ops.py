@@ -93,6 +93,11 @@ def returns_its_input(node: fx.Node) -> bool:
     return _traced_pair(node) is not None
 
 
+def is_dropout(node: fx.Node) -> bool:
+    op = _overload(node)
+    return op is not None and _name(op) in _DROPOUTS
+
+
 def is_input_returned_by_a_fresh_op(node: fx.Node) -> bool:
     """An op whose schema promises a fresh tensor but that returns its input itself here (Note [Ops that return
     their input]): ``dropout`` with p=0 or in eval, ``type_as`` to the same dtype... Its value is its input's, so

@@ -122,9 +122,7 @@ def _detached(observation: Any) -> Any:
     return observation
 
 
-def _run_case_group_in_worker(
-    case_name: str, labels: Sequence[str], inners: tuple[str, ...], device: str
-) -> bytes:
+def _run_case_group_in_worker(case_name: str, labels: Sequence[str], inners: tuple[str, ...], device: str) -> bytes:
     # Plain bytes, not pickled tensors: torch's reductions would put every tensor in shared memory (one file
     # descriptor each), and thousands of them kill workers abruptly.
     buffer = io.BytesIO()
@@ -159,9 +157,7 @@ def run_parity(
     by_label = {s.label: s for s in strategies}
     inners = tuple(dict.fromkeys(s.inner for s in strategies if s.inner is not None and not is_ceiling(s)))
     groups = {
-        case.name: [
-            s.label for s in strategies if not (only and s.label in only and case.name not in only[s.label])
-        ]
+        case.name: [s.label for s in strategies if not (only and s.label in only and case.name not in only[s.label])]
         for case in cases
     }
     start = time.perf_counter()

@@ -158,6 +158,7 @@ def _first_tensor(call: Call) -> torch.Tensor:
 def _after_mutation(call: Call, mutate: Callable[[], Any]) -> dict[str, Any]:
     """Mutate, then record what changed: the values and version counters of everything, grad_fns, grads."""
     before = _versions(call)
+
     def run() -> None:
         mutate()  # success records None: the returned tensor is the output itself, already recorded
 

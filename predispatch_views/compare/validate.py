@@ -24,9 +24,7 @@ def check_inners(inners: tuple[str, ...]) -> None:
     known = set(BUILTIN_INNERS) | set(torch._dynamo.list_backends(exclude_tags=()))
     unknown = [i for i in inners if i not in known]
     if unknown:
-        raise ArgumentError(
-            f"unknown inner backend {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
-        )
+        raise ArgumentError(f"unknown inner backend {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
 
 
 def check_device(device: str) -> torch.device:
