@@ -369,8 +369,8 @@ class FallbackKind(enum.Enum):
         "stock's first graph returns fresh tensors where the prototype returns eager's views, so only the prototype "
         "hands the next graph aliased inputs; AOTAutograd's synthetic-base path raises on some of them (torch 2.13, "
         'dynamic shapes; fuzzer s62_92). Uncompiled is Dynamo with `backend="eager"`; Note [Aliased inputs the '
-        "inner backend rejects] in pipeline.py.",
-        "pipeline.py",
+        "inner backend rejects] in inner_backend.py.",
+        "inner_backend.py",
         "on inputs that share storage",
     )
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import torch
+
 from . import graph_ops
+from .dynamo_slice import VIEWS
 
 CompiledProgram = Any  # pipeline.CompiledProgram (not imported: the pipeline imports this module)
 
@@ -22,19 +25,31 @@ def outcome(program: CompiledProgram) -> tuple[str, str]:
     """(one of GRAPH_OUTCOMES, detail): the fallback reason, or the view calls replayed."""
     if program.fallback_reason is not None:
         return "fallback", program.fallback_reason
-    if program.selection is None and not program.segments:
+    if program.sliced is None and not program.segments:
         return program.notes[0] if program.notes else "no view outputs", ""
     views = collections.Counter(
-        graph_ops.op_name(n)
+        _view_name(n)
         for p in segments_of(program)
-        if p.selection is not None
-        for n in p.selection.epilogue
-        if graph_ops.is_view(n) and n.users
+        if p.sliced is not None
+        for n in p.sliced.epilogue.graph.nodes
+        if _view_name(n) and n.users
     )
     detail = "view calls " + ", ".join(f"{name} x{k}" for name, k in sorted(views.items()))
     if program.segments:
         detail += f", in {len(segments_of(program))} segments"
+    if program.pre_dispatch is None and not program.segments:
+        detail += ", sliced from Dynamo's graph"  # Note [Slicing Dynamo's graph]: no capture
     return "replayed", detail
+
+
+def _view_name(n: Any) -> str | None:
+    """A replayed view call's name: an aten view (the capture's), or a torch-level one (Note [Slicing Dynamo's
+    graph])."""
+    if graph_ops.is_view(n):
+        return graph_ops.op_name(n)
+    name = getattr(n.target, "__name__", "")
+    targets = (getattr(torch.Tensor, name, None), getattr(torch, name, None))
+    return name if n.op == "call_function" and name in VIEWS and n.target in targets else None
 
 
 def segments_of(program: CompiledProgram) -> list[CompiledProgram]:

@@ -33,11 +33,12 @@ import torch
 from torch import fx
 
 from . import _torch_internals as ti
-from . import graph_ops
+from . import dynamo_slice, graph_ops
 from .analysis import EpilogueSelection, select_epilogue_from
 from .fallbacks import Fallback, FallbackKind
 from .functionalize import FunctionalizedProgram, functionalize_preserving_views
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta
+from .inner_backend import InnerBackend, first_line, inner_or_uncompiled, input_alias_groups, resolve_inner
 from .labels import graph_label
 from .outcomes import FALLBACKS, GRAPHS, outcome
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
@@ -46,7 +47,6 @@ from .slicing import SlicedProgram, slice_graph
 
 log = logging.getLogger("predispatch_views")
 
-InnerBackend = str | Callable[..., Any]
 # How many times a program may be cut in two, recursively (Note [Segments] in segments.py): at most 2**3 segments.
 MAX_CUT_DEPTH = 3
 
@@ -78,29 +78,6 @@ class CompiledProgram:
     def functional(self) -> fx.GraphModule | None:
         """The view-preserving functional graph (built on first access: explain() asks, compiling does not)."""
         return self.functionalized.functional if self.functionalized is not None else None
-
-
-def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
-    """The inner backend's callable, for "inductor", "aot_eager", "eager", another registered name, or a callable."""
-    if callable(inner):
-        return inner
-    if inner == "inductor":
-        return ti.inductor_compile_fx()
-    if inner == "eager":
-        return lambda gm, example_inputs: gm.forward
-    return ti.lookup_backend(inner)
-
-
-def input_alias_groups(example_inputs: Sequence[Any]) -> list[int]:
-    """For each input, the index of the first input that shares its storage (itself if none)."""
-    first: dict[ti.StorageWeakRef, int] = {}
-    groups = []
-    for i, t in enumerate(example_inputs):
-        if isinstance(t, torch.Tensor):
-            groups.append(first.setdefault(ti.StorageWeakRef(t.untyped_storage()), i))
-        else:
-            groups.append(i)
-    return groups
 
 
 def compile_captured(
@@ -188,8 +165,26 @@ def compile_captured(
             return _no_fall_back(result, fallback, strict)
         return _fall_back(result, fallback, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
 
+    if not compile_core:
+        result.run = build_runtime(result.sliced, None)
+        result.epilogue_source = result.run.source
+        return result
+    return _compile_core(result, example_inputs, inner_fn, fallback_graph or pre_dispatch, strict, stock_fallback)
+
+
+def _compile_core(
+    result: CompiledProgram,
+    example_inputs: Sequence[Any],
+    inner_fn: Callable[..., Any],
+    fallback_graph: fx.GraphModule,
+    strict: bool,
+    stock_fallback: bool = True,
+) -> CompiledProgram:
+    """The inner backend on ``result.sliced``'s core, then the runtime around it."""
+    assert result.sliced is not None
     cores = None
-    if compile_core and not result.sliced.core_is_empty:
+    if not result.sliced.core_is_empty:
+        grad_enabled = torch.is_grad_enabled()
         try:  # one compiled function per independent part: Note [Independent parts of the core] in slicing.py
             cores = [inner_fn(p.graph, [example_inputs[i] for i in p.inputs]) for p in result.sliced.parts]
         except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
@@ -199,11 +194,11 @@ def compile_captured(
             # The core is not the user's program: it returns bases the program only viewed (perhaps under
             # no_grad), so AOTAutograd can trace a backward the program never asks for. Stock decides.
             fallback = Fallback(
-                FallbackKind.CORE_COMPILE_FAILED, f"compiling the core raised {type(e).__name__}: {_first_line(e)}"
+                FallbackKind.CORE_COMPILE_FAILED, f"compiling the core raised {type(e).__name__}: {first_line(e)}"
             )
             if not stock_fallback:
                 return _no_fall_back(result, fallback, strict)
-            return _fall_back(result, fallback, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
+            return _fall_back(result, fallback, fallback_graph, example_inputs, inner_fn, strict)
     result.run = build_runtime(result.sliced, cores)
     result.epilogue_source = result.run.source
     return result
@@ -288,10 +283,27 @@ def _compile_dynamo_graph(
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
         note = "compiled autograd" if compiled_autograd else "no view outputs"
         program = CompiledProgram(run=_unset, notes=[note])
-        program.run = _inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict)
+        program.run = inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict)
         return program
     if limitation is not None:
         return _stock_for(gm, example_inputs, inner, limitation, strict)
+    if dynamo_slice.ENABLED:  # Note [Slicing Dynamo's graph]: no trace beyond stock's where it applies
+        try:
+            sliced = dynamo_slice.slice_dynamo_graph(
+                gm,
+                example_inputs,
+                differentiable=torch.is_grad_enabled()
+                and any(getattr(t, "requires_grad", False) for t in example_inputs),
+                at_graph_break=ti.starts_after_graph_break(gm) or ti.ends_at_graph_break(gm),
+            )
+        except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+            raise
+        except Exception as e:
+            return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
+        if not isinstance(sliced, str):
+            program = CompiledProgram(run=_unset, sliced=sliced, notes=["sliced Dynamo's graph"])
+            return _compile_core(program, example_inputs, resolve_inner(inner), gm, strict)
+        log.debug("capturing %s: %s", graph_label(gm), sliced)
     try:
         pre_dispatch = capture_graph_module_once(gm, example_inputs)
         inlined = inlined_autograd_function(gm)
@@ -337,45 +349,8 @@ def _fall_back(
     log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, label)
     FALLBACKS.append((label, fallback.reason))
     result.fallback = fallback
-    result.run = _inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
+    result.run = inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
     return result
-
-
-def _inner_or_uncompiled(
-    result: CompiledProgram,
-    graph: fx.GraphModule,
-    example_inputs: Sequence[Any],
-    inner_fn: Callable[..., Any],
-    strict: bool,
-) -> Callable[..., Any]:
-    """Dynamo's graph compiled by the inner backend, or run uncompiled where that raises on inputs that share
-    storage.
-
-    Note [Aliased inputs the inner backend rejects]
-    Stock's own compile errors are the user's. But an earlier graph the prototype replayed returns real views,
-    where stock returns fresh tensors, so the next graph can receive inputs that share storage, which it never
-    does under stock. AOTAutograd's synthetic-base path has bugs there (torch 2.13, dynamic shapes: "Cannot
-    call numel() on tensor with symbolic sizes/strides" in compute_overlapping_inputs; fuzzer s62_92). Running
-    Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
-    """
-    try:
-        return inner_fn(graph, list(example_inputs))
-    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
-        raise
-    except Exception as e:
-        groups = input_alias_groups(example_inputs)
-        if strict or len(set(groups)) == len(groups):
-            raise
-        reason = (
-            f"the inner backend raised {type(e).__name__} on inputs that share storage (the views an earlier "
-            f"graph returned): the graph runs uncompiled (Note [Aliased inputs the inner backend rejects]): "
-            f"{_first_line(e)}"
-        )
-        log.info("%s [in %s]", reason, graph_label(graph))
-        FALLBACKS.append((graph_label(graph), reason))
-        if result.fallback is None:
-            result.fallback = Fallback(FallbackKind.ALIASED_INPUTS_REJECTED, reason)
-        return graph.forward
 
 
 def _no_fall_back(result: CompiledProgram, fallback: Fallback, strict: bool) -> CompiledProgram:
@@ -388,11 +363,6 @@ def _no_fall_back(result: CompiledProgram, fallback: Fallback, strict: bool) -> 
 def _internal_error(e: BaseException) -> Fallback:
     message = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
     return Fallback(FallbackKind.INTERNAL_ERROR, message)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def _unset(*args: Any) -> Any:

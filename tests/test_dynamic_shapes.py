@@ -188,7 +188,8 @@ def test_unbind_over_a_dynamic_dim_guards_on_the_count(how: str) -> None:
 
 
 def test_chunk_count_change_recompiles_like_stock() -> None:
-    """chunk(3) of a dynamic dim: the number of chunks depends on the size, so guards match stock's."""
+    """chunk(3) of a dynamic dim: the number of chunks depends on the size; the prototype recompiles no more often
+    than stock."""
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return x.sin().chunk(3, dim=1)
@@ -204,8 +205,13 @@ def test_chunk_count_change_recompiles_like_stock() -> None:
             assert [o.shape for o in outs] == [e.shape for e in expected]
             if label == "prototype":
                 assert view_nodes(list(outs)) == view_nodes(list(expected))
+                for o, e in zip(outs, expected):
+                    torch.testing.assert_close(o, e)
         counts[label] = backend.graphs
-    assert counts["prototype"] == counts["stock"]
+    # Sliced on Dynamo's graph (Note [Slicing Dynamo's graph]), the prototype adds no guard of its own: Dynamo's
+    # guard on the chunk count is all it needs, where stock's trace of the chunk outputs guards on more (3 graphs
+    # for these widths, the prototype 2).
+    assert counts["prototype"] <= counts["stock"]
 
 
 def test_dynamic_backward_through_size_dependent_split() -> None:

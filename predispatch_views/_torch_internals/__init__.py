@@ -24,7 +24,7 @@ from torch._functorch._aot_autograd.functional_utils import (
     to_fun,
 )
 from torch._guards import detect_fake_mode
-from torch._ops import OpOverload
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -39,7 +39,9 @@ __all__ = [
     "FakeTensor",
     "FakeTensorMode",
     "FunctionalTensorMode",
+    "HigherOrderOperator",
     "OpOverload",
+    "OpOverloadPacket",
     "StorageWeakRef",
     "TreeSpec",
     "as_strided_output_regeneration",
@@ -110,6 +112,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._functorch._aot_autograd.functional_utils: to_fun, from_fun, has_data_mutation": _BOTH,
     "torch._dispatch.python.enable_python_dispatcher": _BOTH,
     "torch._guards.detect_fake_mode": _BOTH,
+    "torch._ops: OpOverload, OpOverloadPacket, HigherOrderOperator (isinstance checks)": _BOTH,
     "torch._subclasses.fake_tensor: FakeTensor, FakeTensorMode(allow_non_fake_inputs=True), from_tensor": _BOTH,
     "torch._dynamo.backends.registry: lookup_backend, register_backend, _COMPILER_FNS, _BACKENDS, "
     "_discover_entrypoint_backends": _BOTH,

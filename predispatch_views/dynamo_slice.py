@@ -1,0 +1,255 @@
+"""Stages 2-3 on Dynamo's own graph: split a graph without mutations into a core and its trailing view calls,
+with no pre-dispatch trace.
+
+Note [Slicing Dynamo's graph]
+The pre-dispatch capture (capture.py) exists for what Dynamo's torch-level graph does not show: which calls
+write which tensors, in what grad mode, through which aliases. A graph with none of that (no in-place call, no
+``out=``, no grad-mode or autocast change, no higher-order op, no custom Function, no dropout) needs none of the
+rules the capture feeds (analysis.py, fallback_rules.py: every one of them is about a mutation, a grad-mode region,
+a custom Function or a graph break). For such a graph the epilogue is what Note [Which nodes the epilogue replays]
+rule 1 picks, read off Dynamo's nodes: the view calls (``chunk``, ``unbind``, ``split``, ``view``, basic
+indexing...) whose results reach an output through view calls only. Replaying the user's own torch-level call
+in eager (``torch.Tensor.chunk(base, 2)``) runs the very kernel eager ran, so the outputs are eager's views, as
+when the pre-dispatch call is replayed. The core is Dynamo's graph without those calls; the inner backend compiles
+it as stock compiles Dynamo's graph, so the program pays for no trace beyond stock's (issue 23, "one trace").
+
+The slice is taken only where it is provably the one the capture would give; otherwise the pipeline captures as
+before. So it declines (returns a reason, logged at DEBUG) when:
+- any node mutates, changes a mode, or is not a plain call (the list above; a call whose name ends in ``_``);
+- a core value the epilogue or the output reads is not a tensor, or shares storage with an input or with another
+  such value. A view of an intermediate the graph does not show is fine: ``F.linear`` of a 3-d input returns a
+  view of its ``addmm``, and the capture keeps ``aten.linear`` whole too (pre-dispatch tracing runs above the
+  composite kernels), so its core returns the same view;
+- a view call's other arguments are computed in the graph (a symbolic size the core computes), or a view's
+  result is also read by the core (the capture would duplicate it into the core);
+- the graph starts or ends at a graph break (the graph-break rules of fallback_rules.py);
+- a backward can follow and the core falls into independent parts (Note [Independent parts of the core] in
+  slicing.py: the capture's core would be cut into one compiled function per part).
+``PREDISPATCH_VIEWS_SLICE_DYNAMO=0`` turns the slice off, for comparing it with the capture.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import fx
+
+from . import _torch_internals as ti
+from .functionalize import EPILOGUE_TAG
+from .slicing import SlicedProgram, slice_graph
+
+ENABLED = os.environ.get("PREDISPATCH_VIEWS_SLICE_DYNAMO", "1") != "0"
+
+MULTI_OUTPUT_VIEWS = frozenset(
+    {"unbind", "split", "chunk", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit"}
+)
+# Torch-level calls that return a view of their first argument, or may (reshape, flatten, contiguous): replayed in
+# eager, each is the user's own call, so it does in eager exactly what it did there.
+VIEWS = MULTI_OUTPUT_VIEWS | {
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "transpose", "swapaxes", "swapdims", "t",
+    "permute", "movedim", "moveaxis", "narrow", "select", "squeeze", "unsqueeze", "expand", "expand_as", "diagonal",
+    "unfold", "contiguous", "real", "imag", "view_as_real", "view_as_complex",
+}  # fmt: skip
+_IN_PLACE_OPERATORS = {
+    operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+    operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+    operator.ilshift, operator.irshift,
+}  # fmt: skip
+_SIDE_EFFECT_METHODS = {"retain_grad", "register_hook", "backward", "record_stream"}
+
+
+def slice_dynamo_graph(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], *, differentiable: bool, at_graph_break: bool
+) -> SlicedProgram | str:
+    """The core/epilogue split of Dynamo's graph, or why it must be captured instead (Note [Slicing Dynamo's
+    graph]). ``differentiable``: a backward can follow (grad mode on and some input requires grad)."""
+    if at_graph_break:
+        return "the graph starts or ends at a graph break"
+    nodes = list(gm.graph.nodes)
+    for n in nodes:
+        if (why := _not_plain(gm, n)) is not None:
+            return f"{n.name}: {why}"
+    output = gm.graph.output_node()
+    epilogue = _trailing_views(nodes, output)
+    if not epilogue:
+        return "no view call reaches an output"
+    for n in epilogue:
+        if any(u not in epilogue and u is not output for u in n.users):
+            return f"{n.name}: a replayed view is also read by the core"
+        others = [*n.args[1:], *n.kwargs.values()]
+        if any(i.op != "placeholder" and i not in epilogue for i in _nodes_in(others)):
+            return f"{n.name}: a view argument is computed in the graph"
+    crossing = [
+        n for n in nodes if n not in epilogue and n is not output and any(u in epilogue or u is output for u in n.users)
+    ]
+    if (why := _aliasing(nodes, crossing)) is not None:
+        return why
+    whole = not differentiable or not all(isinstance(_value(p), torch.Tensor) for p in _placeholders(nodes))
+    if not whole and (why := _independent_parts(nodes, epilogue, crossing)) is not None:
+        return why
+    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue))
+    return slice_graph(executable, None)
+
+
+def _not_plain(gm: fx.GraphModule, n: fx.Node) -> str | None:
+    if n.op in ("placeholder", "output"):
+        return None
+    if n.op == "get_attr":
+        return "a submodule" if isinstance(_attr(gm, str(n.target)), torch.nn.Module) else None
+    if n.op == "call_module":
+        return "a module call"
+    if any(k == "out" for k in n.kwargs):
+        return "an out= call"
+    name = _name(n)
+    if "dropout" in name:
+        return "a dropout (eval dropout returns its input, which fake tensors do not show)"
+    if n.op == "call_method":
+        if name.endswith("_") or name in _SIDE_EFFECT_METHODS:
+            return f"the method {name}"
+        return None
+    target = n.target
+    if target in _IN_PLACE_OPERATORS:
+        return f"the in-place operator {name}"
+    if isinstance(target, (ti.HigherOrderOperator, ti.OpOverloadPacket)):
+        return f"the operator {name}"
+    if isinstance(target, ti.OpOverload):
+        return f"the mutable operator {name}" if ti.schema_of(target).is_mutable else None
+    if name.startswith("_") or name.endswith("_"):  # _set_grad_enabled, _enter_autocast, relu_...
+        return f"the call {name}"
+    if _inplace_flag(n):
+        return f"{name}(inplace=True)"
+    return None
+
+
+def _inplace_flag(n: fx.Node) -> bool:
+    if n.kwargs.get("inplace") is True:
+        return True
+    try:
+        bound = inspect.signature(n.target).bind(*n.args, **n.kwargs)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return bound.arguments.get("inplace") is True
+
+
+def _trailing_views(nodes: list[fx.Node], output: fx.Node) -> set[fx.Node]:
+    """Rule 1 of Note [Which nodes the epilogue replays], on torch-level nodes."""
+    epilogue: set[fx.Node] = set()
+    stack = list(output.all_input_nodes)
+    while stack:
+        n = stack.pop()
+        if n in epilogue or not _is_view(n):
+            continue
+        epilogue.add(n)
+        stack.append(n.args[0])  # type: ignore[arg-type]
+    return epilogue
+
+
+def _is_view(n: fx.Node) -> bool:
+    if not n.args or not isinstance(n.args[0], fx.Node):
+        return False
+    if n.op == "call_function" and n.target is operator.getitem:
+        base, index = n.args[0], n.args[1]
+        if isinstance(_value(base), torch.Tensor):  # basic indexing of a tensor: a select or slice view
+            return _basic_index(index)
+        return isinstance(index, int) and _name(base) in MULTI_OUTPUT_VIEWS and _is_view(base)
+    if not isinstance(_value(n.args[0]), torch.Tensor):
+        return False
+    name = _name(n)
+    if name not in VIEWS:
+        return False
+    if n.op == "call_method":
+        return True
+    return n.op == "call_function" and n.target in (getattr(torch, name, None), getattr(torch.Tensor, name, None))
+
+
+def _basic_index(index: Any) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items) and not any(
+        isinstance(i, slice) and any(isinstance(b, fx.Node) for b in (i.start, i.stop, i.step)) for i in items
+    )
+
+
+def _aliasing(nodes: list[fx.Node], crossing: list[fx.Node]) -> str | None:
+    """Every core value the epilogue or the output reads is a tensor with a storage of its own."""
+    storages = {_storage(_value(p)) for p in _placeholders(nodes)} - {None}
+    for n in crossing:
+        if n.op == "placeholder":
+            continue
+        value = _value(n)
+        if not isinstance(value, torch.Tensor):
+            return f"{n.name}: a core output that is not a tensor"
+        storage = _storage(value)
+        if storage in storages:
+            return f"{n.name}: a core output sharing storage with an input or another output"
+        storages.add(storage)
+    return None
+
+
+def _independent_parts(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: list[fx.Node]) -> str | None:
+    """Whether slicing.split_core would cut the capture's core: two or more connected parts with an output."""
+    parent: dict[fx.Node, fx.Node] = {}
+
+    def find(x: fx.Node) -> fx.Node:
+        while x in parent:
+            x = parent[x]
+        return x
+
+    computed = [n for n in nodes if n.op not in ("placeholder", "output") and n not in epilogue]
+    for n in computed:
+        for i in n.all_input_nodes:
+            if i.op != "placeholder" and find(i) is not find(n):
+                parent[find(i)] = find(n)
+    components = {find(n) for n in computed}
+    with_outputs = {find(n) for n in crossing if n.op != "placeholder"}
+    if len(with_outputs) > 1 or components - with_outputs:
+        return "the core has independent parts"
+    return None
+
+
+def _tagged(graph: fx.Graph, epilogue: set[fx.Node]) -> fx.Graph:
+    """A copy of Dynamo's graph with the epilogue tagged, its method calls as calls of ``torch.Tensor``'s methods
+    (the runtime's generated code calls functions)."""
+    copy = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in graph.nodes:
+        new = copy.node_copy(n, env.__getitem__)
+        if n in epilogue:
+            new.meta[EPILOGUE_TAG] = True
+            if n.op == "call_method":
+                new.op, new.target = "call_function", getattr(torch.Tensor, str(n.target))
+        env[n] = new
+    return copy
+
+
+def _nodes_in(args: Any) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    fx.node.map_arg(args, found.append)
+    return found
+
+
+def _placeholders(nodes: list[fx.Node]) -> list[fx.Node]:
+    return [n for n in nodes if n.op == "placeholder"]
+
+
+def _value(n: Any) -> Any:
+    return n.meta.get("example_value", n.meta.get("val")) if isinstance(n, fx.Node) else None
+
+
+def _storage(value: Any) -> ti.StorageWeakRef | None:
+    return ti.StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+
+
+def _attr(gm: fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _name(n: fx.Node) -> str:
+    return n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))

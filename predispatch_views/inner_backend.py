@@ -1,0 +1,83 @@
+"""The inner backend: resolving its name, and calling it on a graph stock would compile."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx
+
+from . import _torch_internals as ti
+from .fallbacks import Fallback, FallbackKind
+from .labels import graph_label
+from .outcomes import FALLBACKS
+
+log = logging.getLogger("predispatch_views")
+InnerBackend = str | Callable[..., Any]
+
+
+def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
+    """The inner backend's callable, for "inductor", "aot_eager", "eager", another registered name, or a callable."""
+    if callable(inner):
+        return inner
+    if inner == "inductor":
+        return ti.inductor_compile_fx()
+    if inner == "eager":
+        return lambda gm, example_inputs: gm.forward
+    return ti.lookup_backend(inner)
+
+
+def input_alias_groups(example_inputs: Sequence[Any]) -> list[int]:
+    """For each input, the index of the first input that shares its storage (itself if none)."""
+    first: dict[ti.StorageWeakRef, int] = {}
+    groups = []
+    for i, t in enumerate(example_inputs):
+        if isinstance(t, torch.Tensor):
+            groups.append(first.setdefault(ti.StorageWeakRef(t.untyped_storage()), i))
+        else:
+            groups.append(i)
+    return groups
+
+
+def inner_or_uncompiled(
+    result: Any,  # pipeline.CompiledProgram: its fallback is set here
+    graph: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    inner_fn: Callable[..., Any],
+    strict: bool,
+) -> Callable[..., Any]:
+    """Dynamo's graph compiled by the inner backend, or run uncompiled where that raises on inputs that share
+    storage.
+
+    Note [Aliased inputs the inner backend rejects]
+    Stock's own compile errors are the user's. But an earlier graph the prototype replayed returns real views,
+    where stock returns fresh tensors, so the next graph can receive inputs that share storage, which it never
+    does under stock. AOTAutograd's synthetic-base path has bugs there (torch 2.13, dynamic shapes: "Cannot
+    call numel() on tensor with symbolic sizes/strides" in compute_overlapping_inputs; fuzzer s62_92). Running
+    Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
+    """
+    try:
+        return inner_fn(graph, list(example_inputs))
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
+    except Exception as e:
+        groups = input_alias_groups(example_inputs)
+        if strict or len(set(groups)) == len(groups):
+            raise
+        reason = (
+            f"the inner backend raised {type(e).__name__} on inputs that share storage (the views an earlier "
+            f"graph returned): the graph runs uncompiled (Note [Aliased inputs the inner backend rejects]): "
+            f"{first_line(e)}"
+        )
+        log.info("%s [in %s]", reason, graph_label(graph))
+        FALLBACKS.append((graph_label(graph), reason))
+        if result.fallback is None:
+            result.fallback = Fallback(FallbackKind.ALIASED_INPUTS_REJECTED, reason)
+        return graph.forward
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
