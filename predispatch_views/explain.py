@@ -32,6 +32,7 @@ from torch import fx
 from . import _torch_internals as ti
 from .function_capture import capture_closure
 from .functionalize import EPILOGUE_TAG
+from .inner_backend import cpu_seconds
 from .labels import LABEL_KEY, function_label
 from .outcomes import FALLBACKS, segments_of
 from .pipeline import CompiledProgram, InnerBackend, compile_captured
@@ -166,6 +167,15 @@ class Explanation:
         self._autograd_section(out)
         return out
 
+    def _stage_times(self) -> str:
+        """CPU milliseconds per compile stage, of the program and of each segment (Note [Segments])."""
+        lines = []
+        for k, p in enumerate([self.program, *segments_of(self.program)] if self.program.segments else [self.program]):
+            if p.stage_seconds:
+                label = "program" if k == 0 else f"segment {k - 1}"
+                lines.append(f"{label}: " + ", ".join(f"{s} {t * 1e3:.1f}" for s, t in p.stage_seconds.items()))
+        return "\n".join(lines) or "(none recorded)"
+
     def _autograd_section(self, out: dict[str, str]) -> None:
         width = max((len(k) for k in self.autograd), default=0) + 1
         out["autograd graph of the outputs (node counts by type, AccumulateGrad excluded)"] = "\n".join(
@@ -173,12 +183,16 @@ class Explanation:
         )
         if self.errors:
             out["errors"] = "\n".join(self.errors)
+        out[STAGE_TIMES] = self._stage_times()  # last: the only section that differs between runs
 
     def __str__(self) -> str:
         parts = [f"explain {self.name} (inner backend: {self.inner})"]
         for i, (title, body) in enumerate(self.sections().items(), 1):
             parts.append(f"== {i}. {title} ==\n{body}")
         return "\n\n".join(parts) + "\n"
+
+
+STAGE_TIMES = "compile time by stage (CPU ms, this process and gcc)"
 
 
 def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager", **kwargs: Any) -> Explanation:
@@ -206,6 +220,7 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
     logged_before = {id(entry) for entry in before}
     compile_error = None
     lifted: list[torch.Tensor] = []  # closed-over tensors (a module's parameters...): trailing inputs
+    start = cpu_seconds()
     try:
         capture = capture_closure(flat_fn, tensors)
         graph, lifted = capture.graph, capture.lifted
@@ -214,8 +229,10 @@ def explain(fn: Callable[..., Any], *args: Any, inner: InnerBackend = "aot_eager
         compile_error = f"in the pre-dispatch capture: {_describe(e)}"
         program = CompiledProgram(run=_raise(e))
     else:
+        captured_in = cpu_seconds() - start
         try:
             program = compile_captured(graph, tensors + lifted, inner)
+            program.stage_seconds = {"capture": captured_in, **program.stage_seconds}
         except Exception as e:  # e.g. the fallback to stock fails to compile, as stock does
             compile_error = _describe(e)
             program = CompiledProgram(run=_raise(e), pre_dispatch=graph)

@@ -1,8 +1,9 @@
-"""The inner backend: resolving its name, and calling it on a graph stock would compile."""
+"""The inner backend: resolving its name, and calling it on a graph stock would compile; CPU time per stage."""
 
 from __future__ import annotations
 
 import logging
+import resource
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,6 +77,24 @@ def inner_or_uncompiled(
         if result.fallback is None:
             result.fallback = Fallback(FallbackKind.ALIASED_INPUTS_REJECTED, reason)
         return graph.forward
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its waited-for children (inductor's gcc)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class Laps:
+    """``lap(stage)`` adds the CPU seconds since the previous lap (or since made) to ``into[stage]``."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into, self.last = into, cpu_seconds()
+
+    def __call__(self, stage: str) -> None:
+        now = cpu_seconds()
+        self.into[stage] = self.into.get(stage, 0.0) + now - self.last
+        self.last = now
 
 
 def first_line(e: BaseException) -> str:

@@ -38,7 +38,15 @@ from .analysis import EpilogueSelection, select_epilogue_from
 from .fallbacks import Fallback, FallbackKind
 from .functionalize import FunctionalizedProgram, functionalize_preserving_views
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta
-from .inner_backend import InnerBackend, first_line, inner_or_uncompiled, input_alias_groups, resolve_inner
+from .inner_backend import (
+    InnerBackend,
+    Laps,
+    cpu_seconds,
+    first_line,
+    inner_or_uncompiled,
+    input_alias_groups,
+    resolve_inner,
+)
 from .labels import graph_label
 from .outcomes import FALLBACKS, GRAPHS, outcome
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
@@ -69,6 +77,8 @@ class CompiledProgram:
     notes: list[str] = field(default_factory=list)
     # A program cut in two (Note [Segments] in segments.py): its halves, in order; the fields above stay empty.
     segments: list[CompiledProgram] = field(default_factory=list)
+    # CPU seconds (this process and its children: gcc) per compile stage, in order; explain() shows them.
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def fallback_reason(self) -> str | None:
@@ -107,6 +117,7 @@ def compile_captured(
     requires_grad = [isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs]
     alias_groups = input_alias_groups(example_inputs)
     meta: GraphMeta | None = None
+    lap = Laps(result.stage_seconds)
     try:
         meta = graph_meta(
             pre_dispatch,
@@ -116,16 +127,19 @@ def compile_captured(
             graph_breaks=graph_breaks,
         )
         selection = select_epilogue_from(meta)
+        lap("select")
         if isinstance(selection, Fallback):
             fallback = selection
         else:
             result.selection = selection
             functionalized = functionalize_preserving_views(pre_dispatch, selection)
             result.functionalized = functionalized
+            lap("functionalize")
             # Parts cost a compiled function each and matter only to a backward (Note [Independent parts of the
             # core] in slicing.py): without one, the core stays whole.
             differentiable = grad_enabled and any(requires_grad)
             result.sliced = slice_graph(functionalized.executable, alias_groups if differentiable else None)
+            lap("slice")
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:  # an engine limitation must never break a program stock compiles
@@ -182,6 +196,7 @@ def _compile_core(
 ) -> CompiledProgram:
     """The inner backend on ``result.sliced``'s core, then the runtime around it."""
     assert result.sliced is not None
+    lap = Laps(result.stage_seconds)
     cores = None
     if not result.sliced.core_is_empty:
         grad_enabled = torch.is_grad_enabled()
@@ -199,8 +214,10 @@ def _compile_core(
             if not stock_fallback:
                 return _no_fall_back(result, fallback, strict)
             return _fall_back(result, fallback, fallback_graph, example_inputs, inner_fn, strict)
+    lap("inner compile")
     result.run = build_runtime(result.sliced, cores)
     result.epilogue_source = result.run.source
+    lap("runtime")
     return result
 
 
@@ -287,6 +304,7 @@ def _compile_dynamo_graph(
         return program
     if limitation is not None:
         return _stock_for(gm, example_inputs, inner, limitation, strict)
+    start = cpu_seconds()
     if dynamo_slice.ENABLED:  # Note [Slicing Dynamo's graph]: no trace beyond stock's where it applies
         try:
             sliced = dynamo_slice.slice_dynamo_graph(
@@ -302,11 +320,13 @@ def _compile_dynamo_graph(
             return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
         if not isinstance(sliced, str):
             program = CompiledProgram(run=_unset, sliced=sliced, notes=["sliced Dynamo's graph"])
+            program.stage_seconds["slice Dynamo's graph"] = cpu_seconds() - start
             return _compile_core(program, example_inputs, resolve_inner(inner), gm, strict)
         log.debug("capturing %s: %s", graph_label(gm), sliced)
     try:
         pre_dispatch = capture_graph_module_once(gm, example_inputs)
         inlined = inlined_autograd_function(gm)
+        captured_in = cpu_seconds() - start
     except UnsupportedCapture as e:
         return _stock_for(gm, example_inputs, inner, e.fallback, strict)
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
@@ -318,7 +338,7 @@ def _compile_dynamo_graph(
         return _stock_for(gm, example_inputs, inner, failed, strict)
     if inlined is not None:
         return _stock_for(gm, example_inputs, inner, inlined, strict)
-    return compile_captured(
+    program = compile_captured(
         pre_dispatch,
         example_inputs,
         inner,
@@ -326,6 +346,8 @@ def _compile_dynamo_graph(
         strict=strict,
         graph_breaks=GraphBreaks(before=ti.starts_after_graph_break(gm), after=ti.ends_at_graph_break(gm)),
     )
+    program.stage_seconds = {"capture": captured_in, **program.stage_seconds}
+    return program
 
 
 def _stock_for(

@@ -1,14 +1,16 @@
-"""``PREDISPATCH_VIEWS=1`` without importing predispatch_views: a hook ``import torch`` runs.
+"""``PREDISPATCH_VIEWS=1`` without importing predispatch_views: a hook ``import torch`` runs (hook.py).
 
 torch loads every entry point of the ``torch.backends`` group at the end of ``import torch`` (meant for
 out-of-tree device extensions; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns the mechanism off). The package
-declares ``autoload`` below in that group. It runs while torch is still initializing, so it imports nothing of
+declares ``hook.autoload`` in that group. It runs while torch is still initializing, so it imports nothing of
 predispatch_views: when the variable is unset or off it returns at once; when it is on, it swaps
 ``torch._TorchCompileInductorWrapper.__call__`` (what plain ``torch.compile`` calls for every captured graph)
 for a stub that imports predispatch_views on the first compile. That import reads the variable and installs
 the real hook (flag.py), which takes the original method from the stub.
 
-This module lives outside the predispatch_views package so that loading it does not import the package.
+This package lives outside predispatch_views so that loading it does not import predispatch_views. This module
+holds what both sides read (the variable, the stub's attribute); the stub itself is in hook.py, which nothing
+imports, so predispatch_views -> flag -> here is no import circle.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Any
 
 ENV_VAR = "PREDISPATCH_VIEWS"
 ON_VALUES = ("1", "true", "yes", "on")
@@ -44,29 +45,3 @@ def flag_from_environment() -> bool:
             lineno=0,
         )
     return False
-
-
-def autoload() -> None:
-    """The ``torch.backends`` entry point. Must never break ``import torch``."""
-    try:
-        if not flag_from_environment():
-            return
-        import torch  # the partially initialized module: _TorchCompileInductorWrapper is already defined
-
-        wrapper_class: Any = torch._TorchCompileInductorWrapper
-        if hasattr(wrapper_class.__call__, ORIGINAL_ATTR):  # the entry point is declared twice
-            return
-        original = wrapper_class.__call__
-
-        def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
-            import predispatch_views  # noqa: F401  (its import installs the flag's hook over this stub)
-
-            current = wrapper_class.__call__
-            if current is __call__:  # the variable was switched off since ``import torch``
-                wrapper_class.__call__ = current = original
-            return current(self, model_, inputs_, **kwargs)
-
-        setattr(__call__, ORIGINAL_ATTR, original)
-        wrapper_class.__call__ = __call__
-    except Exception as e:
-        warnings.warn(f"predispatch_views could not hook torch.compile: {type(e).__name__}: {e}", stacklevel=2)

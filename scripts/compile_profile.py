@@ -5,8 +5,9 @@ Usage (from the repository root)::
     python scripts/compile_profile.py --inner aot_eager,inductor --repeats 5 --output design/compile-time.md
 
 Each round compiles every workload afresh under each strategy, in a rotated order (caches off, Dynamo reset,
-after a warm-up on toy sizes), and times the first forward+backward in CPU seconds of this process and its
-waited-for children (gcc for inductor), so that other jobs on a shared machine inflate it less than wall time.
+a fresh inductor cache directory per compile, after a warm-up on toy sizes), and times the first
+forward+backward in CPU seconds of this process and its waited-for children (gcc for inductor), so that
+other jobs on a shared machine inflate it less than wall time.
 Strategies:
 - ``stock``: ``torch.compile(fn, backend=inner)``;
 - ``prototype``: the backend as shipped (Note [Slicing Dynamo's graph]: graphs without mutations are sliced on
@@ -35,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
+from torch._inductor.utils import fresh_cache
 
 import predispatch_views.capture as capture
 import predispatch_views.dynamo_slice as dynamo_slice
@@ -95,9 +97,11 @@ def measure(inner: str, names: list[str], repeats: int) -> dict[str, dict[str, l
                 dynamo_slice.ENABLED = sliced
                 torch._dynamo.reset()
                 PHASES.clear()
-                instance = WORKLOADS[name]().instantiate(lambda fn, s=strategy: s.make(fresh_copy(fn)), device)
-                start = cpu_seconds()
-                instance.step()
+                # A fresh inductor cache per compile: no strategy loads kernels another one compiled (gcc).
+                with fresh_cache():
+                    instance = WORKLOADS[name]().instantiate(lambda fn, s=strategy: s.make(fresh_copy(fn)), device)
+                    start = cpu_seconds()
+                    instance.step()
                 runs.setdefault(name, {}).setdefault(label, []).append((cpu_seconds() - start, dict(PHASES)))
             dynamo_slice.ENABLED = True
             print(f"# {inner} round {r + 1}/{repeats} {name}", file=sys.stderr, flush=True)
@@ -158,9 +162,10 @@ def main() -> int:
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end, commit {commit.strip()}"
             f"{' (with uncommitted changes)' if dirty.stdout.strip() else ''}.",
             "",
-            "CPU seconds of the first forward+backward (this process and its gcc children), caches off, after a "
-            f"warm-up; {args.repeats} rounds, strategies in rotated order. Cells: median (min-max); ratios: median of "
-            "the per-round ratios (min-max). `prototype_capture`: the prototype with the slice of Dynamo's graph "
+            "CPU seconds of the first forward+backward (this process and its gcc children), caches off and a fresh "
+            f"inductor cache per compile, after a warm-up; {args.repeats} rounds, strategies in rotated order. "
+            "Cells: median (min-max); ratios: median of the per-round ratios (min-max). `prototype_capture`: "
+            "the prototype with the slice of Dynamo's graph "
             "off (every graph traced at the pre-dispatch level first). Workloads: "
             + "; ".join(f"`{n}`: {WORKLOADS[n]().description}" for n in names)
             + ".",

@@ -16,7 +16,7 @@ PACKAGES = ("predispatch_views", "predispatch_views_autoload")
 
 # The one known circle, left to the engine's owner (issue 23): the package imports flag, flag imports the autoload
 # hook for its names, and the hook imports the package on the first compile. Remove it here once it is gone.
-KNOWN_CIRCLES = [frozenset({"predispatch_views", "predispatch_views.flag", "predispatch_views_autoload"})]
+KNOWN_CIRCLES: list[frozenset[str]] = []
 
 
 def _module_files() -> dict[str, Path]:
