@@ -27,7 +27,7 @@ import csv
 import math
 import pickle
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,7 @@ class LengthResult:
     fallbacks: list[str] = field(default_factory=list)  # prototype fallbacks logged during this step
     reasons: list[str] = field(default_factory=list)  # their reasons alone, in the same order
     outcomes: dict[str, int] = field(default_factory=dict)  # what became of the graphs (pipeline.GRAPHS)
+    sliced: int = 0  # of the replayed graphs, those sliced from Dynamo's graph (Note [Slicing Dynamo's graph])
     seconds: float = math.nan  # wall time of the step (a compile or a recompile, when it had one)
     error: str = ""  # the step raised (the later lengths did not run)
     mismatches: list[str] = field(default_factory=list)  # what differs from eager's step: loss, outputs...
@@ -209,6 +210,7 @@ class ModelRow:
     fallbacks: list[str] = field(default_factory=list)
     fallback_reasons: list[str] = field(default_factory=list)  # the reasons of ``fallbacks``, same order
     outcomes: dict[str, int] = field(default_factory=dict)  # what became of its graphs (pipeline.GRAPHS)
+    sliced: int = 0  # of the replayed graphs, those sliced from Dynamo's graph (Note [Slicing Dynamo's graph])
     compile_s: float = math.nan
     step_us: float = math.inf
     step_vs_eager: float = math.nan
@@ -309,6 +311,7 @@ def run_model(
             row.fallbacks = [f"{graph}: {reason}" for graph, reason in dict.fromkeys(FALLBACKS)]
             row.fallback_reasons = [reason for _, reason in dict.fromkeys(FALLBACKS)]
             row.outcomes = dict(collections.Counter(outcome for _, outcome, _ in GRAPHS))
+            row.sliced = _sliced(GRAPHS)
             model.load_state_dict(initial)
             trained = _train(run, model, inputs)
         except Exception as e:  # one broken strategy must not lose the table
@@ -530,6 +533,7 @@ def _run_lengths(
                 result.fallbacks = [f"{graph}: {reason}" for graph, reason in dict.fromkeys(FALLBACKS)]
                 result.reasons = [reason for _, reason in dict.fromkeys(FALLBACKS)]
                 result.outcomes = dict(collections.Counter(outcome for _, outcome, _ in GRAPHS))
+                result.sliced = _sliced(GRAPHS)
             steps.append(_Step(loss.item(), _Observed(tensors, grads, alias, inplace)))
     finally:
         model.load_state_dict(initial)
@@ -654,9 +658,18 @@ def _yes(value: bool) -> str:
     return "yes" if value else "**no**"
 
 
-def outcome_text(outcomes: dict[str, int]) -> str:
+def _sliced(graphs: Iterable[tuple[str, str, str]]) -> int:
+    """Replayed graphs sliced from Dynamo's graph, without a pre-dispatch capture (outcomes.outcome's detail)."""
+    return sum(what == "replayed" and detail.endswith("sliced from Dynamo's graph") for _, what, detail in graphs)
+
+
+def outcome_text(outcomes: dict[str, int], sliced: int = 0) -> str:
+    """``sliced``: of the replayed graphs, those sliced from Dynamo's graph (the others were captured)."""
     short = {"replayed": "replayed", "fallback": "fallback", "no view outputs": "no views", "compiled autograd": "ca"}
-    return ", ".join(f"{short.get(k, k)} {v}" for k, v in sorted(outcomes.items()))
+    return ", ".join(
+        f"{short.get(k, k)} {v}" + (f" (sliced {sliced})" if k == "replayed" and sliced else "")
+        for k, v in sorted(outcomes.items())
+    )
 
 
 def table_markdown(rows: list[ModelRow]) -> str:
@@ -671,7 +684,7 @@ def table_markdown(rows: list[ModelRow]) -> str:
             cells = [
                 r.model, r.strategy, _yes(r.outputs_match), _yes(r.grads_match), f"{r.views} ({r.n_tensors})",
                 f"{r.views_kept} ({r.views_eager})", _yes(r.aliasing_as_eager), f"{r.inplace_as_eager}/{r.n_tensors}",
-                "" if r.inner is None else f"{r.graphs} / {r.graph_breaks}", outcome_text(r.outcomes),
+                "" if r.inner is None else f"{r.graphs} / {r.graph_breaks}", outcome_text(r.outcomes, r.sliced),
                 "; ".join(r.fallbacks) or ("none" if prototype_row else ""),
                 "" if r.inner is None else _f(r.compile_s), _f(r.step_us, 0), _f(r.step_vs_eager),
                 _f(r.step_vs_stock),
@@ -800,7 +813,7 @@ def summary_markdown(rows: list[ModelRow]) -> str:
             total: collections.Counter[str] = collections.Counter(r.outcomes)
             for x in r.lengths:
                 total.update(x.outcomes)
-            return outcome_text(dict(total)) or "-"
+            return outcome_text(dict(total), r.sliced + sum(x.sliced for x in r.lengths)) or "-"
 
         eager_row = by_label.get("eager")
         compared = list({r.strategy: r for r in [*ours, *map(stock_of, ours)]}.values())
@@ -876,7 +889,7 @@ def write_csv(rows: list[ModelRow], path: Path) -> None:
             writer.writerow(
                 [getattr(r, name) for name in CSV_FIELDS]
                 + [
-                    outcome_text(r.outcomes), "; ".join(fallback_kind(x) for x in reasons),
+                    outcome_text(r.outcomes, r.sliced), "; ".join(fallback_kind(x) for x in reasons),
                     sum(not x.error for x in r.lengths), r.lengths_planned,
                     sum(not x.error and not x.mismatches for x in r.lengths), sum(x.graphs for x in r.lengths),
                     sum(x.symbolic_graphs for x in r.lengths), sum(len(x.reasons) for x in r.lengths),
