@@ -195,8 +195,7 @@ def _compile(
         message = f"the function rebinds {rebound} (a traced value would be kept)"
         return _eager(fn, Fallback(FallbackKind.REBINDS_MODULE_STATE, message), strict, None)
 
-    if (mutation := _input_metadata_mutation(capture.graph, tensors + capture.lifted)) is not None:
-        return _eager(fn, mutation, strict, None)
+    _mark_input_metadata_mutations(capture.graph, tensors + capture.lifted)
 
     entry = _Entry(out_spec=out_specs[0])
     entry.lifted = [getter(t, owners, state) for t in capture.lifted]
@@ -262,17 +261,19 @@ def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source
     return sources
 
 
-def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) -> Fallback | None:
-    """Why a metadata mutation (``x.t_()``, ``x.unsqueeze_(1)``) of an input makes the function run eagerly, as
-    Dynamo breaks the graph at the same call. AOTAutograd applies an input's final metadata after the compiled
-    region with one ``as_strided_``, or nothing where it ends as it was, so eager's version bumps, which the input
-    shares with its aliases, differ:
+def _mark_input_metadata_mutations(gm: fx.GraphModule, example: list[torch.Tensor]) -> None:
+    """Mark the metadata mutations (``x.t_()``, ``x.unsqueeze_(1)``) of an input that compiled code cannot apply
+    as eager does, to run in eager between two compiled segments (``RUN_EAGERLY``; Note [Segments]), where Dynamo
+    breaks the graph at the same call. AOTAutograd applies an input's final metadata after the compiled region with
+    one ``as_strided_``, or nothing where it ends as it was, so eager's version bumps, which the input shares with
+    its aliases, differ:
 
     - on the input itself, always: an alias's grad_fn not regenerated (fuzzer s41_188), a tensor AOTAutograd saved
       from an aliased input gone stale where eager's is not (s53_604), a zero gradient for a base eager's graph
       never reaches (s52_634);
     - on a view of an input, when a later differentiable op may save that input: the saved input is at a newer
       version than it saved, a backward error eager does not raise (found by the fuzzer).
+    Where the cut is refused, the reason becomes the function's fallback (fallback_rules.call_to_run_eagerly).
     """
     meta = graph_meta(
         gm,
@@ -285,12 +286,8 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
     for n in nodes:
         if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n):
             if (target := _returned_input(n)) is not None:
-                return Fallback(
-                    FallbackKind.INPUT_METADATA_MUTATION,
-                    f"an input's own metadata mutation ({graph_ops.op_name(n)} of {target}): Dynamo breaks the "
-                    "graph there, and AOTAutograd would apply it after the compiled region in one step (or not "
-                    "at all), not with eager's version bumps",
-                )
+                n.meta[graph_ops.RUN_EAGERLY] = f"{graph_ops.op_name(n)} of {target}"
+                continue
             base = root.get(graph_ops.mutated_input(n))  # type: ignore[arg-type]
             if base is not None and base.op == "placeholder":
                 mutated.setdefault(base, n)
@@ -300,10 +297,7 @@ def _input_metadata_mutation(gm: fx.GraphModule, example: list[torch.Tensor]) ->
             and any(root.get(i) in mutated for i in n.all_input_nodes)
         ):
             m = next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
-            what = f"{graph_ops.op_name(m)} of {graph_ops.mutated_input(m)}"
-            message = f"a metadata mutation of an input ({what}) inside the function"
-            return Fallback(FallbackKind.INPUT_METADATA_MUTATION_IN_FUNCTION, message)
-    return None
+            m.meta[graph_ops.RUN_EAGERLY] = f"{graph_ops.op_name(m)} of {graph_ops.mutated_input(m)}"
 
 
 def _returned_input(node: fx.Node) -> fx.Node | None:

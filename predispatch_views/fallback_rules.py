@@ -53,7 +53,9 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
     returns a view of the input with the Function's own backward, which no compiled code reproduces. The program
     is cut around the call, which runs in eager (Note [Segments] in segments.py)."""
     for n in meta.nodes:
-        if (what := graph_ops.runs_eagerly(n)) is not None:
+        if (what := graph_ops.runs_eagerly(n)) is not None and graph_ops.is_metadata_mutation(n):
+            return _metadata_mutation_to_run_eagerly(n, what)
+        if what is not None:
             return Fallback(
                 FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,
                 f"{what} returns an input (eager returns a view of it, with its own backward; AOTAutograd would "
@@ -62,6 +64,28 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
                 run_eagerly=True,
             )
     return None
+
+
+def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:
+    """compile_function: a metadata mutation of an input marked to run in eager (compile_function.py,
+    ``_mark_input_metadata_mutations``); this is the reason where the cut around it is refused."""
+    target = graph_ops.mutated_input(n)
+    while target is not None and graph_ops.mutated_input(target) is not None:  # a chain of in-place calls
+        target = graph_ops.mutated_input(target)
+    if target is not None and target.op == "placeholder":
+        return Fallback(
+            FallbackKind.INPUT_METADATA_MUTATION,
+            f"an input's own metadata mutation ({what}): Dynamo breaks the graph there, and AOTAutograd would apply it "
+            "after the compiled region in one step (or not at all), not with eager's version bumps",
+            cut_after=n,
+            run_eagerly=True,
+        )
+    return Fallback(
+        FallbackKind.INPUT_METADATA_MUTATION_IN_FUNCTION,
+        f"a metadata mutation of an input ({what}) inside the function",
+        cut_after=n,
+        run_eagerly=True,
+    )
 
 
 def storage_change(meta: GraphMeta) -> Fallback | None:

@@ -305,23 +305,25 @@ class FallbackKind(enum.Enum):
 
     INPUT_METADATA_MUTATION_IN_FUNCTION = FallbackReason(
         "compile_function only: a metadata mutation (`t_`, `unsqueeze_`...) of a view of an input, before an op that "
-        "may save that input",
+        "may save that input, where the cut around it is refused (it runs in eager between two compiled segments "
+        "otherwise, Note [Segments])",
         "`a metadata mutation of an input (<op> of <input>) inside the function`",
         "AOTAutograd applies it after the compiled region, bumping the version of inputs the region saved for "
         "backward after that point; Dynamo graph-breaks at the same call.",
-        "compile_function.py",
+        "fallback_rules.py",
         "a metadata mutation of an input",
     )
 
     INPUT_METADATA_MUTATION = FallbackReason(
-        "compile_function only: a metadata mutation of an input itself (not of a view of it)",
+        "compile_function only: a metadata mutation of an input itself (not of a view of it), where the cut around "
+        "it is refused (it runs in eager between two compiled segments otherwise, as at Dynamo's graph break)",
         "`an input's own metadata mutation (<op> of <input>): Dynamo breaks the graph there, and AOTAutograd would "
         "apply it after the compiled region in one step (or not at all), not with eager's version bumps`",
         "the version counter the input shares with its aliases then differs from eager's: an alias's grad_fn not "
         "regenerated (`b.transpose_(0, 2)` of a (1, 1, 1) input leaves the metadata as it was; fuzzer s41_188), a "
         "tensor AOTAutograd saved from an aliased input gone stale (s53_604), a zero gradient eager's graph never "
         "gives (s52_634). Under Dynamo the call is a graph break and runs eagerly.",
-        "compile_function.py",
+        "fallback_rules.py",
         "an input's own metadata mutation",
     )
 

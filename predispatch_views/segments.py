@@ -125,6 +125,8 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
             ("middle", [n for n in body if n in middle], False),
             ("second", [n for n in body if order[n] > order[at] and n not in middle], True),
         ]
+        if (reason := _eager_write_refused(meta, at, groups[0][1])) is not None:
+            return reason
     else:
         end = _end_of_grad_mode_region(meta, at)
         if end is None:
@@ -206,6 +208,17 @@ def _refused(
             skipped = {m for m in meta.nodes if m not in compiled_before}
             if (saver := may_save(meta, root, skipped, set())) is not None:
                 return f"{n.name} writes {w.name}, whose base {saver.name} of an earlier compiled segment may save"
+    return None
+
+
+def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node]) -> str | None:
+    """A call run in eager that writes (a metadata mutation of an input, compile_function) a tensor the compiled
+    segment before it may save: the write bumps its version, and the compiled backward would raise where eager's,
+    which may not have saved it, does not (the rule for a later compiled segment's writes, Note [Segments])."""
+    skipped = set(meta.nodes) - set(first)
+    for w in graph_ops.written_args(at):
+        if (saver := may_save(meta, meta.root.get(w, w), skipped, set())) is not None:
+            return f"{at.name} writes {w.name}, whose base {saver.name} of the compiled segment before it may save"
     return None
 
 

@@ -38,6 +38,9 @@ def make_inputs() -> list[torch.Tensor]:
 
 def run(name: str) -> dict[str, Any]:
     epilogues: list[str | None] = []
+    traces = []  # pre-dispatch traces made while compiling (Note [Slicing Dynamo's graph]: none for these programs)
+    trace = ti.trace_pre_dispatch
+    ti.trace_pre_dispatch = lambda *args, **kwargs: traces.append(1) or trace(*args, **kwargs)
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         program = compile_dynamo_graph(gm, example_inputs, "inductor", strict=True)
@@ -47,7 +50,13 @@ def run(name: str) -> dict[str, Any]:
     torch._dynamo.reset()
     with ti.compile_caches_enabled():
         observed = observe(torch.compile(PROGRAMS[name], backend=backend), make_inputs)
-    return {"epilogues": epilogues, "observed": observed, "counters": ti.compile_counters()}
+    ti.trace_pre_dispatch = trace
+    return {
+        "epilogues": epilogues,
+        "observed": observed,
+        "counters": ti.compile_counters(),
+        "pre_dispatch_traces": len(traces),
+    }
 
 
 def main(out: str, names: list[str]) -> None:

@@ -73,8 +73,9 @@ def assert_same(actual: Any, expected: Any) -> None:
 
 
 def transpose_input_in_place(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.sin()  # saves x: the t_ below cannot run in eager between two compiled segments (Note [Segments])
     x.t_()
-    return x.mul(2).unbind(0)
+    return (x * y.t()).unbind(0)
 
 
 def resize_input(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -113,7 +114,11 @@ FALLBACK_PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]], 
     ),
     # AOTAutograd would apply x.t_() after the region in one step, not with eager's version bumps; Dynamo breaks
     # the graph there (fuzzer s41_188, s53_604, s52_634).
-    "transpose_input": (transpose_input_in_place, lambda: [_arange(3, 4)], "an input's own metadata mutation"),
+    "transpose_input": (
+        transpose_input_in_place,
+        lambda: [_arange(3, 4).requires_grad_().mul(1)],
+        "an input's own metadata mutation",
+    ),
 }
 
 

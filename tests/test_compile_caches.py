@@ -84,5 +84,7 @@ def test_warm_cache_serves_the_core_and_each_program_keeps_its_epilogue(
     # The unbind program in the warm process: cache hit, the cold process's epilogue, eager's views.
     unbind = warm["unbind"]
     assert unbind["counters"]["autograd_cache_hit"] > chunk["counters"]["autograd_cache_hit"]
+    # Issue 23: a warm-cache compile makes no pre-dispatch trace (these graphs are sliced on Dynamo's graph).
+    assert chunk["pre_dispatch_traces"] == unbind["pre_dispatch_traces"] == cold["pre_dispatch_traces"] == 0
     assert unbind["epilogues"] == cold["epilogues"]
     _assert_matches_eager("unbind", unbind["observed"])

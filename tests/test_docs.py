@@ -107,3 +107,35 @@ def test_only_the_full_comparison_rewrites_the_committed_results() -> None:
     assert script.default_output(False, []) == committed
     assert script.default_output(True, []) == ROOT / "results" / "results-quick.md"
     assert script.default_output(False, ["--cases", "unbind"]) == ROOT / "results" / "results-partial.md"
+
+
+def _compile_time_ratios() -> dict[tuple[str, str], tuple[str, str]]:
+    """(inner, workload) -> (prototype / stock, prototype_capture / stock) medians from design/compile-time.md."""
+    ratios, inner = {}, None
+    for line in (ROOT / "design" / "compile-time.md").read_text().splitlines():
+        if line.startswith("### inner backend"):
+            inner = line.split("`")[1]
+        elif inner and line.startswith("| ") and "**" in line:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            ratios[(inner, cells[0])] = (cells[3].split("**")[1], cells[4].split("**")[1])
+    return ratios
+
+
+def test_design_05_compile_time_table_is_the_generated_one() -> None:
+    """design/05's compile-time table quotes design/compile-time.md (scripts/compile_profile.py): same medians."""
+    ratios = _compile_time_ratios()
+    assert {w for _, w in ratios} >= {"deep_mlp", "seed", "qkv", "kjt", "layers", "single_view"}
+    text = (ROOT / "design" / "05-cost-and-dynamic-shapes.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and " / " in line and "(" in line]
+    checked = 0
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        workload = cells[0].split(" ")[0]
+        if ("aot_eager", workload) not in ratios or len(cells) != 4:
+            continue
+        captured = cells[3].split(" / ")
+        assert cells[1].split(" ")[0] == ratios[("aot_eager", workload)][0], row
+        assert cells[2].split(" ")[0] == ratios[("inductor", workload)][0], row
+        assert captured == [ratios[("aot_eager", workload)][1], ratios[("inductor", workload)][1]], row
+        checked += 1
+    assert checked == 6

@@ -246,6 +246,44 @@ def test_compile_function_runs_a_function_returning_its_input_between_segments(f
             pipeline.MAX_CUT_DEPTH = original
 
 
+def transposes_its_input_then_unbinds(x: torch.Tensor) -> Any:
+    x.t_()
+    return x.mul(2).unbind(0)
+
+
+def views_then_squeezes_its_input(x: torch.Tensor, w: torch.Tensor) -> Any:
+    heads = (w * 3).chunk(2)
+    x.squeeze_(0)
+    return (*heads, *(x @ w).unbind(1))
+
+
+@pytest.mark.parametrize(
+    "fn", [transposes_its_input_then_unbinds, views_then_squeezes_its_input], ids=lambda f: f.__name__
+)
+def test_compile_function_runs_an_input_metadata_mutation_between_segments(fn: Callable[..., Any]) -> None:
+    # It ran eagerly before (AOTAutograd applies an input's metadata after the region, without eager's version
+    # bumps); now the call runs in eager between compiled segments, as at Dynamo's graph break: strict, every probe
+    # eager's, and the input ends with eager's metadata and version.
+    def make_inputs() -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(1, 3, 3, generator=gen, requires_grad=True).mul(1)  # a non-leaf: writable in place
+        return [x[0] if fn is transposes_its_input_then_unbinds else x, torch.randn(3, 3, generator=gen)]
+
+    n_args = fn.__code__.co_argcount
+    compiled = predispatch_views.compile_function(fn, inner="aot_eager", strict=True)
+    assert_matches_eager(fn, compiled, lambda: make_inputs()[:n_args])
+    ins_c, ins_e = make_inputs()[:n_args], make_inputs()[:n_args]
+    compiled(*ins_c), fn(*ins_e)
+    assert [(t.shape, t.stride(), t._version) for t in ins_c] == [(t.shape, t.stride(), t._version) for t in ins_e]
+    with pytest.raises(pipeline.StrictModeError, match="metadata mutation"):
+        original = pipeline.MAX_CUT_DEPTH
+        pipeline.MAX_CUT_DEPTH = 0
+        try:
+            predispatch_views.compile_function(fn, inner="aot_eager", strict=True)(*make_inputs()[:n_args])
+        finally:
+            pipeline.MAX_CUT_DEPTH = original
+
+
 def test_segments_under_the_flag_with_inductor() -> None:
     # The flag's default inner backend compiles each segment; the program still matches eager, in 3 segments.
     fn, make_inputs = PROGRAMS["two_cuts"]
