@@ -12,6 +12,8 @@ indexing...) whose results reach an output through view calls only. Replaying th
 in eager (``torch.Tensor.chunk(base, 2)``) runs the very kernel eager ran, so the outputs are eager's views, as
 when the pre-dispatch call is replayed. The core is Dynamo's graph without those calls; the inner backend compiles
 it as stock compiles Dynamo's graph, so the program pays for no trace beyond stock's (issue 23, "one trace").
+A 3-d ``F.linear`` with a bias whose result is only returned or viewed is split into its ``addmm`` (core) and
+its ``view`` (epilogue): Note [The view inside a linear].
 
 The slice is taken only where it is provably the one the capture would give; otherwise the pipeline captures as
 before. So it declines (returns a reason, logged at DEBUG) when:
@@ -76,7 +78,8 @@ def slice_dynamo_graph(
             return f"{n.name}: {why}"
     output = gm.graph.output_node()
     epilogue = _trailing_views(nodes, output)
-    if not epilogue:
+    linear_views = {n for n in nodes if _linear_view(n) and all(u in epilogue or u is output for u in n.users)}
+    if not epilogue and not linear_views:
         return "no view call reaches an output"
     for n in epilogue:
         if any(u not in epilogue and u is not output for u in n.users):
@@ -92,7 +95,7 @@ def slice_dynamo_graph(
     whole = not differentiable or not all(isinstance(_value(p), torch.Tensor) for p in _placeholders(nodes))
     if not whole and (why := _independent_parts(nodes, epilogue, crossing)) is not None:
         return why
-    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue))
+    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue, linear_views))
     return slice_graph(executable, None)
 
 
@@ -167,6 +170,26 @@ def _is_view(n: fx.Node) -> bool:
     return n.op == "call_function" and n.target in (getattr(torch, name, None), getattr(torch.Tensor, name, None))
 
 
+# Note [The view inside a linear]
+# ``F.linear`` of a contiguous input of 3 or more dimensions with a bias returns a view: at::linear flattens the
+# input, calls ``addmm`` and returns ``result.view(*leading, out)`` (eager's output has ``ViewBackward0`` over
+# ``AddmmBackward0`` and a 2-d ``_base``). Compiled whole, it is a fresh tensor (stock's answer, and the capture's,
+# which keeps ``aten.linear`` whole). Where such a linear's result is only returned or viewed further, the slice
+# computes at::linear's own ``addmm`` in the core and replays the ``view`` in the epilogue, so the output is eager's
+# view of a 2-d base. Which branch at::linear took is read off the example value (a view or not), for static
+# sizes only; Dynamo's guards on the inputs' sizes and strides keep that branch for every call of the graph.
+_LINEAR = (torch.nn.functional.linear,)
+
+
+def _linear_view(n: fx.Node) -> bool:
+    """A ``F.linear(x, w, b)`` whose result is at::linear's view of its ``addmm`` (Note [The view inside a linear])."""
+    if n.op != "call_function" or n.target not in _LINEAR or n.kwargs or len(n.args) != 3:
+        return False
+    value, x = _value(n), _value(n.args[0])
+    static = isinstance(value, torch.Tensor) and not any(isinstance(d, torch.SymInt) for d in value.shape)
+    return static and isinstance(n.args[2], fx.Node) and isinstance(x, torch.Tensor) and ti.is_view(value)
+
+
 def _basic_index(index: Any) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items) and not any(
@@ -211,12 +234,20 @@ def _independent_parts(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: l
     return None
 
 
-def _tagged(graph: fx.Graph, epilogue: set[fx.Node]) -> fx.Graph:
+def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node]) -> fx.Graph:
     """A copy of Dynamo's graph with the epilogue tagged, its method calls as calls of ``torch.Tensor``'s methods
-    (the runtime's generated code calls functions)."""
+    (the runtime's generated code calls functions), and each linear view split into its ``addmm`` and its ``view``
+    (Note [The view inside a linear])."""
     copy = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for n in graph.nodes:
+        if n in linear_views:
+            x, w, b = (env[a] for a in n.args)  # type: ignore[index]
+            flat = copy.call_function(torch.Tensor.reshape, (x, (-1, _value(n.args[0]).shape[-1])))
+            base = copy.call_function(torch.addmm, (b, flat, copy.call_function(torch.Tensor.t, (w,))))
+            env[n] = copy.call_function(torch.Tensor.view, (base, tuple(_value(n).shape)))
+            env[n].meta[EPILOGUE_TAG] = True
+            continue
         new = copy.node_copy(n, env.__getitem__)
         if n in epilogue:
             new.meta[EPILOGUE_TAG] = True

@@ -239,3 +239,48 @@ def test_a_sliced_program_does_no_pre_dispatch_trace(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())  # Note [The capture cache]: a fresh one
     _graph_outcome(program, torch.randn(4, 4, requires_grad=True), torch.randn(4, 4))
     assert traces == [1]  # the check sees the capture's trace where there is one
+
+
+def _linear_returned(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+    return F.linear(x, w, b)
+
+
+def _linear_chunked(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+    return F.linear(x.sin(), w, b).chunk(3, -1)
+
+
+def _linear_also_read(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+    y = F.linear(x, w, b)
+    return y, y.relu()
+
+
+@pytest.mark.parametrize("fn", [_linear_returned, _linear_chunked, _linear_also_read], ids=lambda f: f.__name__)
+def test_the_view_inside_a_linear_is_eager_s(fn: Callable[..., Any]) -> None:
+    """Note [The view inside a linear]: a 3-d linear with a bias returns eager's view of its 2-d addmm, where the
+    result is only returned or viewed; read by compiled code too, it stays whole (stock's answer)."""
+
+    def make() -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(0)
+        shapes = ((2, 5, 4), (6, 4), (6,))
+        return [torch.randn(*shape, generator=gen, requires_grad=True) for shape in shapes]
+
+    expected = observe(fn, make)
+    torch._dynamo.reset()
+    pv.GRAPHS.clear()
+    actual = observe(torch.compile(fn, backend=pv.backend("aot_eager", strict=True)), make)
+    replayed = "view calls" in pv.GRAPHS[0][2] and "view x1" in pv.GRAPHS[0][2]
+    assert replayed is (fn is not _linear_also_read), pv.GRAPHS
+    keys = list(expected) if replayed else ["structure", "values", "grads"]
+    for key in keys:
+        if key == "structure":
+            assert actual[key] == expected[key]
+        else:
+            assert_same(_without_saved_output_names(actual[key]), _without_saved_output_names(expected[key]))
+    expected_outs, compiled_outs = fn(*make()), torch.compile(fn, backend=pv.backend("aot_eager"))(*make())
+    if replayed:
+        pairs = zip(_as_tuple(compiled_outs), _as_tuple(expected_outs))
+        assert all(c._base is not None and c._base.shape == e._base.shape == (10, 6) for c, e in pairs)
+
+
+def _as_tuple(out: Any) -> tuple[Any, ...]:
+    return out if isinstance(out, tuple) else (out,)
