@@ -304,9 +304,8 @@ class FallbackKind(enum.Enum):
     )
 
     INPUT_METADATA_MUTATION_IN_FUNCTION = FallbackReason(
-        "compile_function only: a metadata mutation (`t_`, `unsqueeze_`...) of a view of an input, before an op that "
-        "may save that input, where the cut around it is refused (it runs in eager between two compiled segments "
-        "otherwise, Note [Segments])",
+        "compile_function only: a metadata mutation (`t_`...) of a view of an input, before an op that may save that "
+        "input, where the cut around it is refused (it runs in eager between compiled segments otherwise)",
         "`a metadata mutation of an input (<op> of <input>) inside the function`",
         "AOTAutograd applies it after the compiled region, bumping the version of inputs the region saved for "
         "backward after that point; Dynamo graph-breaks at the same call.",
