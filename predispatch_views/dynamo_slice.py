@@ -22,8 +22,9 @@ before. So it declines (returns a reason, logged at DEBUG) when:
   such value. A view of an intermediate the graph does not show is fine: ``F.linear`` of a 3-d input returns a
   view of its ``addmm``, and the capture keeps ``aten.linear`` whole too (pre-dispatch tracing runs above the
   composite kernels), so its core returns the same view;
-- a view call's other arguments are computed in the graph (a symbolic size the core computes), or a view's
-  result is also read by the core (the capture would duplicate it into the core);
+- a view call's other arguments are computed in the graph from more than the inputs' sizes (a size computed from
+  the inputs, ``x.size(0) * 2`` under dynamic shapes, is recomputed in the epilogue, as the capture's rule 1 does),
+  or a view's result is also read by the core (the capture would duplicate it into the core);
 - the graph starts or ends at a graph break (the graph-break rules of fallback_rules.py);
 - a backward can follow and the core falls into independent parts (Note [Independent parts of the core] in
   slicing.py: the capture's core would be cut into one compiled function per part).
@@ -81,21 +82,28 @@ def slice_dynamo_graph(
     linear_views = {n for n in nodes if _linear_view(n) and all(u in epilogue or u is output for u in n.users)}
     if not epilogue and not linear_views:
         return "no view call reaches an output"
+    sizes: set[fx.Node] = set()  # recomputed in the epilogue from the inputs (dynamic shapes)
     for n in epilogue:
         if any(u not in epilogue and u is not output for u in n.users):
             return f"{n.name}: a replayed view is also read by the core"
         others = [*n.args[1:], *n.kwargs.values()]
-        if any(i.op != "placeholder" and i not in epilogue for i in _nodes_in(others)):
-            return f"{n.name}: a view argument is computed in the graph"
+        if any(
+            i.op != "placeholder" and i not in epilogue and not _size_from_inputs(i, sizes) for i in _nodes_in(others)
+        ):
+            return f"{n.name}: a view argument is computed in the graph from more than the inputs' sizes"
     crossing = [
-        n for n in nodes if n not in epilogue and n is not output and any(u in epilogue or u is output for u in n.users)
+        n
+        for n in nodes
+        if n not in epilogue
+        and n is not output
+        and any(u is output or (u in epilogue and n not in sizes) for u in n.users)
     ]
     if (why := _aliasing(nodes, crossing)) is not None:
         return why
     whole = not differentiable or not all(isinstance(_value(p), torch.Tensor) for p in _placeholders(nodes))
-    if not whole and (why := _independent_parts(nodes, epilogue, crossing)) is not None:
+    if not whole and (why := _independent_parts(nodes, epilogue, sizes, crossing)) is not None:
         return why
-    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue, linear_views))
+    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue, linear_views, sizes))
     return slice_graph(executable, None)
 
 
@@ -190,6 +198,31 @@ def _linear_view(n: fx.Node) -> bool:
     return static and isinstance(n.args[2], fx.Node) and isinstance(x, torch.Tensor) and ti.is_view(value)
 
 
+_SIZE_METHODS = {"size", "stride", "dim", "numel", "storage_offset"}
+
+
+def _size_from_inputs(n: fx.Node, sizes: set[fx.Node]) -> bool:
+    """A size computed from the graph's inputs only (``x.size(0)``, ``s0 * 2``): the epilogue recomputes it from
+    the real inputs, as the capture's rule 1 does (Note [Which nodes the epilogue replays]); added to ``sizes``."""
+    if n in sizes:
+        return True
+    if isinstance(_value(n), torch.Tensor) or n.op not in ("call_method", "call_function"):
+        return False
+    if n.op == "call_method":
+        known = n.target in _SIZE_METHODS
+    else:
+        sym_op = isinstance(n.target, ti.OpOverload) and ti.schema_of(n.target).name.startswith("aten::sym_")
+        known = (
+            sym_op
+            or getattr(n.target, "__module__", None) in ("_operator", "operator")
+            or n.target in (torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not)
+        )
+    if known and all(i.op == "placeholder" or _size_from_inputs(i, sizes) for i in n.all_input_nodes):
+        sizes.add(n)
+        return True
+    return False
+
+
 def _basic_index(index: Any) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items) and not any(
@@ -213,7 +246,9 @@ def _aliasing(nodes: list[fx.Node], crossing: list[fx.Node]) -> str | None:
     return None
 
 
-def _independent_parts(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: list[fx.Node]) -> str | None:
+def _independent_parts(
+    nodes: list[fx.Node], epilogue: set[fx.Node], sizes: set[fx.Node], crossing: list[fx.Node]
+) -> str | None:
     """Whether slicing.split_core would cut the capture's core: two or more connected parts with an output."""
     parent: dict[fx.Node, fx.Node] = {}
 
@@ -222,7 +257,15 @@ def _independent_parts(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: l
             x = parent[x]
         return x
 
-    computed = [n for n in nodes if n.op not in ("placeholder", "output") and n not in epilogue]
+    # A size only the epilogue reads (through other sizes) is recomputed there: its core copy is dead code.
+    replayed = epilogue | sizes
+    computed = [
+        n
+        for n in nodes
+        if n.op not in ("placeholder", "output")
+        and n not in epilogue
+        and not (n in sizes and all(u in replayed for u in n.users))
+    ]
     for n in computed:
         for i in n.all_input_nodes:
             if i.op != "placeholder" and find(i) is not find(n):
@@ -234,13 +277,23 @@ def _independent_parts(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: l
     return None
 
 
-def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node]) -> fx.Graph:
+def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node], sizes: set[fx.Node]) -> fx.Graph:
     """A copy of Dynamo's graph with the epilogue tagged, its method calls as calls of ``torch.Tensor``'s methods
-    (the runtime's generated code calls functions), and each linear view split into its ``addmm`` and its ``view``
-    (Note [The view inside a linear])."""
+    (the runtime's generated code calls functions), each linear view split into its ``addmm`` and its ``view``
+    (Note [The view inside a linear]), and each size the epilogue reads copied into it (the core keeps its own)."""
     copy = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
+    replayed: dict[fx.Node, fx.Node] = {}  # a size's copy in the epilogue
+
+    def in_epilogue(a: fx.Node) -> fx.Node:
+        return replayed.get(a, env[a])
+
     for n in graph.nodes:
+        if n in sizes:
+            env[n] = copy.node_copy(n, env.__getitem__)
+            replayed[n] = copy.node_copy(n, in_epilogue)
+            _tag(replayed[n])
+            continue
         if n in linear_views:
             x, w, b = (env[a] for a in n.args)  # type: ignore[index]
             flat = copy.call_function(torch.Tensor.reshape, (x, (-1, _value(n.args[0]).shape[-1])))
@@ -248,13 +301,17 @@ def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node])
             env[n] = copy.call_function(torch.Tensor.view, (base, tuple(_value(n).shape)))
             env[n].meta[EPILOGUE_TAG] = True
             continue
-        new = copy.node_copy(n, env.__getitem__)
+        new = copy.node_copy(n, in_epilogue if n in epilogue else env.__getitem__)
         if n in epilogue:
-            new.meta[EPILOGUE_TAG] = True
-            if n.op == "call_method":
-                new.op, new.target = "call_function", getattr(torch.Tensor, str(n.target))
+            _tag(new)
         env[n] = new
     return copy
+
+
+def _tag(n: fx.Node) -> None:
+    n.meta = {**n.meta, EPILOGUE_TAG: True}
+    if n.op == "call_method":
+        n.op, n.target = "call_function", getattr(torch.Tensor, str(n.target))
 
 
 def _nodes_in(args: Any) -> list[fx.Node]:

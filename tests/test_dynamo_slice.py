@@ -284,3 +284,40 @@ def test_the_view_inside_a_linear_is_eager_s(fn: Callable[..., Any]) -> None:
 
 def _as_tuple(out: Any) -> tuple[Any, ...]:
     return out if isinstance(out, tuple) else (out,)
+
+
+def _view_by_input_sizes(x: torch.Tensor) -> Any:
+    return x.sin().view(x.size(0) * 2, -1).unbind(0)
+
+
+def _split_by_input_sizes(x: torch.Tensor) -> Any:
+    y = x * 2
+    return y.split([x.shape[0] // 2, x.shape[0] - x.shape[0] // 2]), y.narrow(1, 0, x.size(1) - 1)
+
+
+@pytest.mark.parametrize("fn", [_view_by_input_sizes, _split_by_input_sizes], ids=lambda f: f.__name__)
+def test_sizes_from_the_inputs_are_recomputed_in_the_epilogue(
+    fn: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dynamic shapes: a view whose arguments are sizes computed from the inputs (``x.size(0) * 2``) is still sliced;
+    the epilogue recomputes them from the real inputs, as the capture's rule 1 does. Each size: eager's values,
+    gradients, aliasing and view nodes, as with the capture."""
+    observed = {}
+    for sliced in (True, False):
+        monkeypatch.setattr(dynamo_slice, "ENABLED", sliced)
+        torch._dynamo.reset()
+        pv.GRAPHS.clear()
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True), dynamic=True)
+        for n in (4, 6, 8):
+            make = lambda n=n: [torch.randn(n, 4, generator=torch.Generator().manual_seed(n), requires_grad=True)]  # noqa: E731
+            observed[(sliced, n)] = observe(compiled, make)
+            if sliced:
+                expected = observe(fn, make)
+                for key in expected:
+                    if key != "structure":
+                        assert_same(observed[(sliced, n)][key], expected[key])
+        assert all(("sliced from Dynamo's graph" in g[2]) is sliced for g in pv.GRAPHS), pv.GRAPHS
+    for n in (4, 6, 8):
+        for key in observed[(True, n)]:
+            if key != "structure":
+                assert_same(observed[(True, n)][key], observed[(False, n)][key])
