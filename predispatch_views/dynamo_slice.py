@@ -18,10 +18,11 @@ its ``view`` (epilogue): Note [The view inside a linear].
 The slice is taken only where it is provably the one the capture would give; otherwise the pipeline captures as
 before. So it declines (returns a reason, logged at DEBUG) when:
 - any node mutates, changes a mode, or is not a plain call (the list above; a call whose name ends in ``_``);
-- a core value the epilogue or the output reads is not a tensor, or shares storage with an input or with another
-  such value. A view of an intermediate the graph does not show is fine: ``F.linear`` of a 3-d input returns a
-  view of its ``addmm``, and the capture keeps ``aten.linear`` whole too (pre-dispatch tracing runs above the
-  composite kernels), so its core returns the same view;
+- a core value the epilogue or the output reads is not a tensor, shares storage with an input or with another
+  such value, or is a view (a view call this slice does not replay, such as ``y[: x.size(0)]`` with a symbolic
+  bound, which the capture replays as ``aten.slice``). The one view allowed is a linear's: ``F.linear`` of a 3-d
+  input returns a view of its ``addmm``, and the capture keeps ``aten.linear`` whole too (pre-dispatch tracing
+  runs above the composite kernels), so its core returns the same view;
 - a view call's other arguments are computed in the graph from more than the inputs' sizes (a size computed from
   the inputs, ``x.size(0) * 2`` under dynamic shapes, is recomputed in the epilogue, as the capture's rule 1 does),
   or a view's result is also read by the core (the capture would duplicate it into the core);
@@ -224,14 +225,16 @@ def _size_from_inputs(n: fx.Node, sizes: set[fx.Node]) -> bool:
 
 
 def _basic_index(index: Any) -> bool:
+    """Ints, slices, None and Ellipsis: a view. A bound may be a node (a symbolic size); the slice then checks that
+    it is a size computed from the inputs, which the epilogue recomputes."""
     items = index if isinstance(index, tuple) else (index,)
-    return all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items) and not any(
-        isinstance(i, slice) and any(isinstance(b, fx.Node) for b in (i.start, i.stop, i.step)) for i in items
-    )
+    return all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items)
 
 
 def _aliasing(nodes: list[fx.Node], crossing: list[fx.Node]) -> str | None:
-    """Every core value the epilogue or the output reads is a tensor with a storage of its own."""
+    """Every core value the epilogue or the output reads is a tensor with a storage of its own, and not a view,
+    except the result of a linear (Note [The view inside a linear]): any other view is a call the capture would
+    replay (``x[: x.size(0)]`` under dynamic shapes is a ``slice`` to the capture, not a basic index here)."""
     storages = {_storage(_value(p)) for p in _placeholders(nodes)} - {None}
     for n in crossing:
         if n.op == "placeholder":
@@ -239,6 +242,8 @@ def _aliasing(nodes: list[fx.Node], crossing: list[fx.Node]) -> str | None:
         value = _value(n)
         if not isinstance(value, torch.Tensor):
             return f"{n.name}: a core output that is not a tensor"
+        if ti.is_view(value) and not (n.op == "call_function" and n.target in _LINEAR):
+            return f"{n.name}: a core output that is a view"
         storage = _storage(value)
         if storage in storages:
             return f"{n.name}: a core output sharing storage with an input or another output"

@@ -42,6 +42,8 @@ class EpilogueCodegen:
             return "[" + ", ".join(self.fmt(a, names) for a in arg) + "]"
         if isinstance(arg, tuple):
             return "(" + "".join(self.fmt(a, names) + ", " for a in arg) + ")"
+        if isinstance(arg, slice):  # a tensor index from Dynamo's graph (Note [Slicing Dynamo's graph])
+            return f"slice({self.fmt(arg.start, names)}, {self.fmt(arg.stop, names)}, {self.fmt(arg.step, names)})"
         if isinstance(arg, dict):
             return "{" + ", ".join(f"{k!r}: {self.fmt(v, names)}" for k, v in arg.items()) + "}"
         if arg is None or isinstance(arg, (bool, int, str)):

@@ -119,10 +119,10 @@ def test_the_slice_gives_what_the_capture_and_eager_give(seed: int, monkeypatch:
 
 
 def _without_saved_output_names(observed: Any) -> Any:
-    """Eager's "modified by an inplace operation" names the node whose output was saved (", which is output 0 of
-    Tanh"); a compiled backward saves its tensors without that name, under stock and the capture too."""
+    """Eager's "modified by an inplace operation" names the tensor it saved (", which is output 0 of Tanh"); a
+    compiled backward saves its own tensors (another shape, no name), under stock and the capture too."""
     if isinstance(observed, str):
-        return re.sub(r", which is output \d+ of \w+,", "", observed)
+        return re.sub(r"\[torch\.\w+ \[[\d, ]*\]\](, which is output \d+ of \w+,)?", "[a saved tensor]", observed)
     if isinstance(observed, dict):
         return {k: _without_saved_output_names(v) for k, v in observed.items()}
     if isinstance(observed, (list, tuple)) and not hasattr(observed, "_fields"):
@@ -295,7 +295,20 @@ def _split_by_input_sizes(x: torch.Tensor) -> Any:
     return y.split([x.shape[0] // 2, x.shape[0] - x.shape[0] // 2]), y.narrow(1, 0, x.size(1) - 1)
 
 
-@pytest.mark.parametrize("fn", [_view_by_input_sizes, _split_by_input_sizes], ids=lambda f: f.__name__)
+def _index_by_an_input_size(x: torch.Tensor) -> Any:
+    return torch.cat([x, x], 0)[: x.shape[0]].unbind(0)
+
+
+def _index_by_an_input_size_also_read(x: torch.Tensor) -> Any:  # from the slice's A/B run: seed 101, dynamic
+    t0 = torch.cat([x, x], 0)[: x.shape[0]]
+    return t0.tensor_split(3), t0.sin().chunk(2)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_view_by_input_sizes, _split_by_input_sizes, _index_by_an_input_size, _index_by_an_input_size_also_read],
+    ids=lambda f: f.__name__,
+)
 def test_sizes_from_the_inputs_are_recomputed_in_the_epilogue(
     fn: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,12 +324,14 @@ def test_sizes_from_the_inputs_are_recomputed_in_the_epilogue(
         for n in (4, 6, 8):
             make = lambda n=n: [torch.randn(n, 4, generator=torch.Generator().manual_seed(n), requires_grad=True)]  # noqa: E731
             observed[(sliced, n)] = observe(compiled, make)
-            if sliced:
+            if sliced and fn is not _index_by_an_input_size_also_read:  # captured; misses an eager error, as stock does
                 expected = observe(fn, make)
                 for key in expected:
                     if key != "structure":
-                        assert_same(observed[(sliced, n)][key], expected[key])
-        assert all(("sliced from Dynamo's graph" in g[2]) is sliced for g in pv.GRAPHS), pv.GRAPHS
+                        got = _without_saved_output_names(observed[(sliced, n)][key])
+                        assert_same(got, _without_saved_output_names(expected[key]))
+        takes_the_slice = sliced and fn is not _index_by_an_input_size_also_read  # t0 is read by the core too
+        assert all(("sliced from Dynamo's graph" in g[2]) is takes_the_slice for g in pv.GRAPHS), pv.GRAPHS
     for n in (4, 6, 8):
         for key in observed[(True, n)]:
             if key != "structure":
