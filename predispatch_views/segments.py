@@ -205,6 +205,13 @@ def _refused(
                 continue
             if root in restricted_roots:
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
+            if graph_ops.is_data_mutation(n) and any(
+                requires_grad(meta, h) for h in handed_all if meta.root.get(h, h) is root
+            ):
+                # The segment is compiled for a leaf example of the handed value (_example), and AOTAutograd then
+                # applies the write without recording it in autograd: a wrong gradient (test_aotdispatch's
+                # test_input_data_and_metadata_mutation, cut after an input's t_).
+                return f"{n.name} writes {w.name}, handed over by an earlier segment and requiring grad"
             skipped = {m for m in meta.nodes if m not in compiled_before}
             if (saver := may_save(meta, root, skipped, set())) is not None:
                 return f"{n.name} writes {w.name}, whose base {saver.name} of an earlier compiled segment may save"

@@ -314,3 +314,28 @@ def test_fuzz_programs_that_cut_and_match_eager(index: int) -> None:
     assert prototype and all(r.outcome.kind == "match" and not r.fallbacks for r in prototype.values()), {
         label: (r.outcome.kind, r.fallbacks[:1]) for label, r in prototype.items()
     }
+
+
+def transposes_then_writes_a_row(a: torch.Tensor) -> Any:  # test_aotdispatch's test_input_data_and_metadata_mutation
+    a.t_()
+    a[0].mul_(2)
+    return a.view(a.shape)
+
+
+def test_a_segment_never_writes_a_handed_value_that_requires_grad() -> None:
+    # Cut after the t_, the second segment was compiled for a leaf example of the transposed input, and AOTAutograd
+    # applied its write without recording it in autograd: the input's gradient lost the factor 2 (a silent wrong
+    # gradient, found by PyTorch's test_aotdispatch.py). The cut is refused; the function runs eagerly.
+    def run(fn: Callable[..., Any]) -> tuple[torch.Tensor, str]:
+        leaf = torch.randn(3, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        a = leaf.clone()
+        out = fn(a)
+        (out * torch.arange(9.0).reshape(3, 3)).sum().backward()
+        return leaf.grad, type(a.grad_fn).__name__
+
+    predispatch_views.FALLBACKS.clear()
+    actual = run(predispatch_views.compile_function(transposes_then_writes_a_row, inner="aot_eager"))
+    expected = run(transposes_then_writes_a_row)
+    torch.testing.assert_close(actual[0], expected[0])
+    assert actual[1] == expected[1] == "CopySlices"
+    assert any("metadata mutation" in r for _, r in predispatch_views.FALLBACKS)
