@@ -227,14 +227,17 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
 
 
 def _core_may_save_the_input_of(meta: GraphMeta, dropout: fx.Node) -> bool:
-    """The dropout returns (an alias of) a graph input that compiled code also computes from."""
+    """The dropout returns (an alias of) a graph input that compiled code also computes from, with grad."""
     if ti.eval_dropout_is_traced_as_its_input() or not graph_ops.returns_its_input(dropout):
         return False
     root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
     if root is None or root.op != "placeholder":
         return False
-    return any(
-        not is_any_view(n) and n is not meta.output and any(meta.root.get(i) is root for i in n.all_input_nodes)
+    return any(  # a reader that requires grad: what may be saved for a backward (not a no_grad read)
+        n in meta.requires_grad
+        and not is_any_view(n)
+        and n is not meta.output
+        and any(meta.root.get(i) is root for i in n.all_input_nodes)
         for n in meta.nodes
     )
 
