@@ -873,3 +873,55 @@ def test_writing_an_input_returned_through_eval_dropout_then_backward() -> None:
     for got in (stock, actual):
         torch.testing.assert_close(got[3], expected[3])
     torch.testing.assert_close(actual[2], stock[2])
+
+
+def returns_an_input_it_also_computes_from(a: torch.Tensor) -> Any:  # fuzzer s802_73 (open)
+    return a.mul(-0.5).unsqueeze(1).sin(), a
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect, fuzzer s802_73 (on the session-start engine a4b97c6 too): compile_function returns the "
+    "input itself, as eager does, and AOTAutograd's partitioner saves that input to recompute the chain where eager "
+    "saved sin's input; the caller's write to the returned input makes the compiled backward raise (design/04)",
+)
+def test_writing_a_returned_input_then_backward_under_compile_function() -> None:
+    def run(fn: Callable[..., Any]) -> Any:
+        a = torch.randn(2, 2, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)
+        outs = fn(a)
+        outs[1].mul_(2)
+        return outcome(lambda: outs[0].sum().backward())
+
+    assert run(returns_an_input_it_also_computes_from)[0] == "ok"
+    assert run(pv.compile_function(returns_an_input_it_also_computes_from, inner="aot_eager"))[0] == "ok"
+
+
+def views_an_input_across_a_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s801_177 (open)
+    t0 = F.dropout(b, 0.0, True)
+    u1, u2 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    with torch.no_grad():
+        torch.min(t0, 1, out=(u1, u2))  # a graph break: out= resizes its outputs
+    (t1,) = t0.split(3, 1)
+    with torch.no_grad():
+        t2 = b.diagonal()
+    return t1, t2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect, fuzzer s801_177 (on a4b97c6 too): the graph before the break is replayed (t1 is eager's "
+    "split view of b), the graph after it falls back (a no_grad view of an input after a graph break), so t2 is "
+    "stock's view, which the caller may write; the write bumps b's version and t1 then refuses its grad_fn, where "
+    "eager's t2 refuses the write (design/04, Known limits)",
+)
+def test_writing_a_view_from_the_graph_after_a_break_keeps_the_views_of_the_graph_before() -> None:
+    def run(fn: Callable[..., Any]) -> Any:
+        torch._dynamo.reset()
+        base = torch.randn(2, 1, 3, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)
+        outs = fn(base[0], base[1])
+        outcome(lambda: outs[1].mul_(2))  # eager refuses it; stock and the prototype write
+        return outcome(lambda: type(outs[0].grad_fn).__name__)
+
+    expected = run(views_an_input_across_a_graph_break)
+    assert run(torch.compile(views_an_input_across_a_graph_break, backend="aot_eager"))[0] == "ok"
+    assert run(torch.compile(views_an_input_across_a_graph_break, backend=pv.backend("aot_eager"))) == expected
