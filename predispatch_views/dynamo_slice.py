@@ -2,18 +2,18 @@
 with no pre-dispatch trace.
 
 Note [Slicing Dynamo's graph]
-The pre-dispatch capture (capture.py) exists for what Dynamo's torch-level graph does not show: which calls
-write which tensors, in what grad mode, through which aliases. A graph with none of that (no in-place call, no
-``out=``, no grad-mode or autocast change, no higher-order op, no custom Function, no dropout) needs none of the
-rules the capture feeds (analysis.py, fallback_rules.py: every one of them is about a mutation, a grad-mode region,
-a custom Function or a graph break). For such a graph the epilogue is what Note [Which nodes the epilogue replays]
-rule 1 picks, read off Dynamo's nodes: the view calls (``chunk``, ``unbind``, ``split``, ``view``, basic
-indexing...) whose results reach an output through view calls only. Replaying the user's own torch-level call
-in eager (``torch.Tensor.chunk(base, 2)``) runs the very kernel eager ran, so the outputs are eager's views, as
-when the pre-dispatch call is replayed. The core is Dynamo's graph without those calls; the inner backend compiles
-it as stock compiles Dynamo's graph, so the program pays for no trace beyond stock's (issue 23, "one trace").
-A 3-d ``F.linear`` with a bias whose result is only returned or viewed is split into its ``addmm`` (core) and
-its ``view`` (epilogue): Note [The view inside a linear].
+The pre-dispatch capture (capture.py) exists for what Dynamo's torch-level graph does not show: which calls write
+which tensors, in what grad mode, through which aliases. A graph with none of that (no in-place call, no ``out=``,
+no grad-mode or autocast change, no higher-order op, no custom Function, no dropout that may return its input) needs
+none of the rules the capture feeds (analysis.py, fallback_rules.py: every one of them is about a mutation, a
+grad-mode region, a custom Function or a graph break). For such a graph the epilogue is what Note [Which nodes the
+epilogue replays] rule 1 picks, read off Dynamo's nodes: the view calls (``chunk``, ``unbind``, ``split``, ``view``,
+basic indexing...) whose results reach an output through view calls only. Replaying the user's own torch-level call
+in eager (``torch.Tensor.chunk(base, 2)``) runs the very kernel eager ran, so the outputs are eager's views, as when
+the pre-dispatch call is replayed. The core is Dynamo's graph without those calls; the inner backend compiles it as
+stock compiles Dynamo's graph, so the program pays for no trace beyond stock's (issue 23, "one trace"). A 3-d
+``F.linear`` with a bias whose result is only returned or viewed is split into its ``addmm`` (core) and its ``view``
+(epilogue): Note [The view inside a linear].
 
 The slice is taken only where it is provably the one the capture would give; otherwise the pipeline captures as
 before. So it declines (returns a reason, logged at DEBUG) when:
@@ -118,8 +118,8 @@ def _not_plain(gm: fx.GraphModule, n: fx.Node) -> str | None:
     if any(k == "out" for k in n.kwargs):
         return "an out= call"
     name = _name(n)
-    if "dropout" in name:
-        return "a dropout (eval dropout returns its input, which fake tensors do not show)"
+    if "dropout" in name and not _drops(n):
+        return "a dropout that may return its input (eval or p=0: fake tensors do not show it)"
     if n.op == "call_method":
         if name.endswith("_") or name in _SIDE_EFFECT_METHODS:
             return f"the method {name}"
@@ -136,6 +136,18 @@ def _not_plain(gm: fx.GraphModule, n: fx.Node) -> str | None:
     if _inplace_flag(n):
         return f"{name}(inplace=True)"
     return None
+
+
+def _drops(n: fx.Node) -> bool:
+    """A dropout in training mode with p > 0: a fresh random tensor (Note [Ops that return their input] in
+    graph_ops.py: with p == 0 or not training, at::dropout returns its input itself)."""
+    try:
+        bound = inspect.signature(n.target).bind(*n.args, **n.kwargs)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    bound.apply_defaults()
+    p, training = bound.arguments.get("p"), bound.arguments.get("training", bound.arguments.get("train"))
+    return isinstance(p, (int, float)) and p > 0 and training is True
 
 
 def _inplace_flag(n: fx.Node) -> bool:

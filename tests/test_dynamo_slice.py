@@ -336,3 +336,30 @@ def test_sizes_from_the_inputs_are_recomputed_in_the_epilogue(
         for key in observed[(True, n)]:
             if key != "structure":
                 assert_same(observed[(True, n)][key], observed[(False, n)][key])
+
+
+@pytest.mark.parametrize(("p", "training", "sliced"), [(0.5, True, True), (0.0, True, False), (0.5, False, False)])
+def test_a_training_dropout_is_sliced_one_that_may_return_its_input_is_not(
+    p: float, training: bool, sliced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model suite's graphs all declined for their nn.Dropout: only a dropout that may return its input (eval,
+    or p=0) needs the capture. Sliced or not, the program is the capture's: same draws, values, grads, views."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(p)).train(training)
+
+    def fn(x: torch.Tensor) -> Any:
+        return model(x).chunk(2, -1)
+
+    def run(enabled: bool) -> tuple[Any, str]:
+        monkeypatch.setattr(dynamo_slice, "ENABLED", enabled)
+        torch._dynamo.reset()
+        pv.GRAPHS.clear()
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
+        make = lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]  # noqa: E731
+        torch.manual_seed(0)
+        return observe(compiled, make), pv.GRAPHS[0][2]
+
+    (with_slice, detail), (captured, _) = run(True), run(False)
+    assert ("sliced from Dynamo's graph" in detail) is sliced, detail
+    for key in captured:
+        if key != "structure":
+            assert_same(with_slice[key], captured[key])
