@@ -80,13 +80,16 @@ def slice_dynamo_graph(
             return f"{n.name}: {why}"
     output = gm.graph.output_node()
     epilogue = _trailing_views(nodes, output)
-    linear_views = {n for n in nodes if _linear_view(n) and all(u in epilogue or u is output for u in n.users)}
+    duplicated = _read_by_the_core(epilogue, output)  # the core computes its own copy, as the capture's does
+    linear_views = {
+        n
+        for n in nodes
+        if _linear_view(n) and all((u in epilogue and u not in duplicated) or u is output for u in n.users)
+    }
     if not epilogue and not linear_views:
         return "no view call reaches an output"
     sizes: set[fx.Node] = set()  # recomputed in the epilogue from the inputs (dynamic shapes)
     for n in epilogue:
-        if any(u not in epilogue and u is not output for u in n.users):
-            return f"{n.name}: a replayed view is also read by the core"
         others = [*n.args[1:], *n.kwargs.values()]
         if any(
             i.op != "placeholder" and i not in epilogue and not _size_from_inputs(i, sizes) for i in _nodes_in(others)
@@ -102,9 +105,9 @@ def slice_dynamo_graph(
     if (why := _aliasing(nodes, crossing)) is not None:
         return why
     whole = not differentiable or not all(isinstance(_value(p), torch.Tensor) for p in _placeholders(nodes))
-    if not whole and (why := _independent_parts(nodes, epilogue, sizes, crossing)) is not None:
+    if not whole and (why := _independent_parts(nodes, epilogue - duplicated, sizes, crossing)) is not None:
         return why
-    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue, linear_views, sizes))
+    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue, linear_views, sizes | duplicated))
     return slice_graph(executable, None)
 
 
@@ -171,6 +174,19 @@ def _trailing_views(nodes: list[fx.Node], output: fx.Node) -> set[fx.Node]:
         epilogue.add(n)
         stack.append(n.args[0])  # type: ignore[arg-type]
     return epilogue
+
+
+def _read_by_the_core(epilogue: set[fx.Node], output: fx.Node) -> set[fx.Node]:
+    """Replayed views that compiled code reads too, with the views they are taken from: the core keeps its own copy
+    of each (the capture's ``duplicated``, Note [Which nodes the epilogue replays]); the epilogue replays its own."""
+    found: set[fx.Node] = set()
+    stack = [n for n in epilogue if any(u not in epilogue and u is not output for u in n.users)]
+    while stack:
+        n = stack.pop()
+        if n not in found:
+            found.add(n)
+            stack += [i for i in n.all_input_nodes if i in epilogue]
+    return found
 
 
 def _is_view(n: fx.Node) -> bool:
@@ -294,19 +310,19 @@ def _independent_parts(
     return None
 
 
-def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node], sizes: set[fx.Node]) -> fx.Graph:
+def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node], copied: set[fx.Node]) -> fx.Graph:
     """A copy of Dynamo's graph with the epilogue tagged, its method calls as calls of ``torch.Tensor``'s methods
     (the runtime's generated code calls functions), each linear view split into its ``addmm`` and its ``view``
-    (Note [The view inside a linear]), and each size the epilogue reads copied into it (the core keeps its own)."""
+    (Note [The view inside a linear]), and each size or view that both read copied into each."""
     copy = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
-    replayed: dict[fx.Node, fx.Node] = {}  # a size's copy in the epilogue
+    replayed: dict[fx.Node, fx.Node] = {}  # the epilogue's copy of a node in ``copied``
 
     def in_epilogue(a: fx.Node) -> fx.Node:
         return replayed.get(a, env[a])
 
     for n in graph.nodes:
-        if n in sizes:
+        if n in copied:  # a size or a view the core reads too: a copy in each
             env[n] = copy.node_copy(n, env.__getitem__)
             replayed[n] = copy.node_copy(n, in_epilogue)
             _tag(replayed[n])
@@ -318,7 +334,8 @@ def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node],
             env[n] = copy.call_function(torch.Tensor.view, (base, tuple(_value(n).shape)))
             env[n].meta[EPILOGUE_TAG] = True
             continue
-        new = copy.node_copy(n, in_epilogue if n in epilogue else env.__getitem__)
+        # The output reads the epilogue's copies: a view the core reads too is returned from the epilogue.
+        new = copy.node_copy(n, in_epilogue if n in epilogue or n.op == "output" else env.__getitem__)
         if n in epilogue:
             _tag(new)
         env[n] = new

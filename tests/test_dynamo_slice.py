@@ -202,7 +202,7 @@ def _view_of_an_input(x: torch.Tensor, w: torch.Tensor) -> Any:
     ("fn", "sliced"),
     [
         (_writes_then_views, False),  # a mutation: the capture's rules decide
-        (_view_also_read_by_core, False),  # the capture would duplicate the chunk into the core
+        (_view_also_read_by_core, True),  # the core keeps its own copy of the chunk, as the capture's does
         (_two_independent_parts, False),  # the capture's core would be two parts
         (_under_no_grad, False),  # a grad-mode region
         (_eval_dropout, False),  # returns its input where fake tensors allocate
@@ -330,7 +330,7 @@ def test_sizes_from_the_inputs_are_recomputed_in_the_epilogue(
                     if key != "structure":
                         got = _without_saved_output_names(observed[(sliced, n)][key])
                         assert_same(got, _without_saved_output_names(expected[key]))
-        takes_the_slice = sliced and fn is not _index_by_an_input_size_also_read  # t0 is read by the core too
+        takes_the_slice = sliced
         assert all(("sliced from Dynamo's graph" in g[2]) is takes_the_slice for g in pv.GRAPHS), pv.GRAPHS
     for n in (4, 6, 8):
         for key in observed[(True, n)]:
@@ -363,3 +363,29 @@ def test_a_training_dropout_is_sliced_one_that_may_return_its_input_is_not(
     for key in captured:
         if key != "structure":
             assert_same(with_slice[key], captured[key])
+
+
+def _views_read_by_the_core_and_returned(x: torch.Tensor) -> Any:
+    parts = (x * 2).split([1, 2], 0)
+    return parts[0], parts[1], torch.stack([p.sum() for p in parts])  # kjt-like: pooled and returned
+
+
+@pytest.mark.parametrize(
+    "fn", [_view_also_read_by_core, _views_read_by_the_core_and_returned], ids=lambda f: f.__name__
+)
+def test_a_view_the_core_reads_too_is_copied_into_both(fn: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core computes its own copy of a replayed view it reads, the epilogue replays its own for the outputs: the
+    capture's ``duplicated``. Slice == capture == eager on every probe (the first version returned the core's copy)."""
+    make = lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]  # noqa: E731
+    observed = {}
+    for sliced in (True, False):
+        monkeypatch.setattr(dynamo_slice, "ENABLED", sliced)
+        torch._dynamo.reset()
+        pv.GRAPHS.clear()
+        observed[sliced] = observe(torch.compile(fn, backend=pv.backend("aot_eager", strict=True)), make)
+        assert ("sliced from Dynamo's graph" in pv.GRAPHS[0][2]) is sliced
+    expected = observe(fn, make)
+    for key in expected:
+        if key != "structure":
+            assert_same(observed[True][key], observed[False][key])
+            assert_same(_without_saved_output_names(observed[True][key]), _without_saved_output_names(expected[key]))
