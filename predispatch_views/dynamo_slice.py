@@ -24,8 +24,8 @@ before. So it declines (returns a reason, logged at DEBUG) when:
   input returns a view of its ``addmm``, and the capture keeps ``aten.linear`` whole too (pre-dispatch tracing
   runs above the composite kernels), so its core returns the same view;
 - a view call's other arguments are computed in the graph from more than the inputs' sizes (a size computed from
-  the inputs, ``x.size(0) * 2`` under dynamic shapes, is recomputed in the epilogue, as the capture's rule 1 does),
-  or a view's result is also read by the core (the capture would duplicate it into the core);
+  the inputs, ``x.size(0) * 2`` under dynamic shapes, is recomputed in the epilogue, as the capture's rule 1 does;
+  a view the core reads too is copied into both, as the capture duplicates it);
 - the graph starts or ends at a graph break (the graph-break rules of fallback_rules.py);
 - a backward can follow and the core falls into independent parts (Note [Independent parts of the core] in
   slicing.py: the capture's core would be cut into one compiled function per part).
