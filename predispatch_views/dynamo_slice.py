@@ -263,7 +263,7 @@ def _aliasing(nodes: list[fx.Node], crossing: list[fx.Node]) -> str | None:
     """Every core value the epilogue or the output reads is a tensor with a storage of its own, and not a view,
     except the result of a linear (Note [The view inside a linear]): any other view is a call the capture would
     replay (``x[: x.size(0)]`` under dynamic shapes is a ``slice`` to the capture, not a basic index here)."""
-    storages = {_storage(_value(p)) for p in _placeholders(nodes)} - {None}
+    storages = {ti.storage_ref(_value(p)) for p in _placeholders(nodes)} - {None}
     for n in crossing:
         if n.op == "placeholder":
             continue
@@ -272,7 +272,7 @@ def _aliasing(nodes: list[fx.Node], crossing: list[fx.Node]) -> str | None:
             return f"{n.name}: a core output that is not a tensor"
         if ti.is_view(value) and not (n.op == "call_function" and n.target in _LINEAR):
             return f"{n.name}: a core output that is a view"
-        storage = _storage(value)
+        storage = ti.storage_ref(value)
         if storage in storages:
             return f"{n.name}: a core output sharing storage with an input or another output"
         storages.add(storage)
@@ -360,10 +360,6 @@ def _placeholders(nodes: list[fx.Node]) -> list[fx.Node]:
 
 def _value(n: Any) -> Any:
     return n.meta.get("example_value", n.meta.get("val")) if isinstance(n, fx.Node) else None
-
-
-def _storage(value: Any) -> ti.StorageWeakRef | None:
-    return ti.StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
 
 
 def _attr(gm: fx.GraphModule, target: str) -> Any:
