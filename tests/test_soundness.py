@@ -866,8 +866,12 @@ def test_writing_an_input_returned_through_eval_dropout_then_backward() -> None:
     torch._dynamo.reset()
     pv.FALLBACKS.clear()
     actual = run(torch.compile(returns_an_input_through_eval_dropout, backend=pv.backend("aot_eager", strict=True)))
-    assert expected[0] == stock[0] == actual[0] == ("ok", None)
+    assert expected[0] == ("ok", None)
     assert expected[1] is True
+    # torch 2.14 decomposes eval dropout into its input: stock returns the input too, and its backward raises as
+    # the prototype's does (the same exposure as ``type_as``); on 2.13 both run.
+    assert actual[0] == stock[0]
+    assert (stock[0] == ("ok", None)) is not _torch_internals.eval_dropout_is_traced_as_its_input()
     # Where stock's trace clones the input, the prototype's dropout stays in the core: stock's answer, not eager's.
     assert actual[1] is stock[1] is _torch_internals.eval_dropout_is_traced_as_its_input()
     for got in (stock, actual):
