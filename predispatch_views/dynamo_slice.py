@@ -107,7 +107,7 @@ def slice_dynamo_graph(
     whole = not differentiable or not all(isinstance(_value(p), torch.Tensor) for p in _placeholders(nodes))
     if not whole and (why := _independent_parts(nodes, epilogue - duplicated, sizes, crossing)) is not None:
         return why
-    executable = fx.GraphModule(gm, _tagged(gm.graph, epilogue, linear_views, sizes | duplicated))
+    executable = ti.lazy_graph_module(gm, _tagged(gm.graph, epilogue, linear_views, sizes | duplicated))
     return slice_graph(executable, None)
 
 

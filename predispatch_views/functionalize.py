@@ -136,4 +136,4 @@ def _append_epilogue(core: fx.GraphModule, gm: fx.GraphModule, selection: Epilog
             env[n] = graph.node_copy(n, env.__getitem__)
             env[n].meta[EPILOGUE_TAG] = True
     graph.output(fx.map_arg(gm.graph.output_node().args[0], env.__getitem__))
-    return fx.GraphModule(core, graph)
+    return ti.lazy_graph_module(core, graph)  # only sliced: its code is generated if explain() prints it

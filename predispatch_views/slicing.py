@@ -45,6 +45,7 @@ from typing import Literal
 import torch
 from torch import fx
 
+from . import _torch_internals as ti
 from . import graph_ops
 from .functionalize import EPILOGUE_TAG
 from .graph_meta import alias_roots
@@ -118,10 +119,10 @@ def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | 
             env[n] = epilogue_graph.node_copy(n, env.__getitem__)
     epilogue_graph.output(fx.map_arg(output.args[0], env.__getitem__))
 
-    core = fx.GraphModule(functional, core_graph)
+    core = ti.lazy_graph_module(functional, core_graph)
     return SlicedProgram(
         core=core,
-        epilogue=fx.GraphModule(functional, epilogue_graph),
+        epilogue=ti.lazy_graph_module(functional, epilogue_graph),
         sources=tuple(sources),
         parts=split_core(core, input_alias_groups) if input_alias_groups is not None else _whole(core),
     )
@@ -200,7 +201,7 @@ def _part(
         if n in members or graph_ops.is_grad_mode_change(n):
             env[n] = graph.node_copy(n, env.__getitem__)
     graph.output(tuple(env[outputs[k]] for k in positions))
-    return CorePart(fx.GraphModule(core, graph), tuple(inputs), tuple(positions))
+    return CorePart(ti.lazy_graph_module(core, graph), tuple(inputs), tuple(positions))
 
 
 def _kind(n: fx.Node) -> str:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from predispatch_views import compile_function
-from predispatch_views.compare import benchmarks, workloads
+from predispatch_views.compare import benchmarks, compile_time, workloads
 from predispatch_views.compare.benchmarks import Settings, autograd_nodes, held_bytes, run_benchmarks
 from predispatch_views.compare.scaling import fit_exponent, plot_scaling
 from predispatch_views.compare.strategies import all_strategies
@@ -82,11 +82,16 @@ def test_perf_section_writes_its_files(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(benchmarks, "all_workloads", lambda quick, slow: [workloads.seed(n, width=4) for n in (4, 12)])
     monkeypatch.setattr(benchmarks, "EPILOGUE_SIZES", (4, 12))
     monkeypatch.setattr(benchmarks, "_warm_up", lambda settings: None)  # the rows fixture covers it
-    args = argparse.Namespace(quick=True, inners=("aot_eager", "inductor"), device="cpu", slow=False)
+    monkeypatch.setattr(benchmarks, "COMPILE_QUICK", ("single_view",))
+    args = argparse.Namespace(quick=True, inners=("aot_eager", "inductor"), device="cpu", slow=False, compile_rounds=2)
     text = benchmarks.run_perf_section(args, tmp_path)
     assert (tmp_path / "perf.md").read_text() == text
-    assert "| seed | 12 | prototype[aot_eager] |" in text and "inductor" not in text  # --quick: aot_eager only
+    assert "| seed | 12 | prototype[aot_eager] |" in text  # --quick: aot_eager only
+    assert "[inductor]" not in text and "`inductor`" not in text
     assert "### Targets" in text and "k = " in text
+    # The compile-time measure: its table (2 rounds of single_view) and its targets.
+    assert "### Compile time (CPU, interleaved rounds)" in text and "| single_view | " in text
+    assert "prototype[aot_eager]: compile vs stock, worst workload" in text
     assert len((tmp_path / "perf.csv").read_text().splitlines()) == 1 + 2 * len(all_strategies(("aot_eager",)))
 
 
@@ -136,3 +141,25 @@ def test_sliced_returns_with_repeats_gaps_and_two_sources() -> None:
     source = _check_like_eager(two_sources, torch.randn(12, 3, requires_grad=True))
     assert "*v2[0:9]" not in source  # a[2] is also viewed: that run is not a slice
     assert "[0:12]" in source  # b is
+
+
+def test_compile_time_rows_ratios_and_targets() -> None:
+    """The compile-time measure's arithmetic: per-round ratios, their median, the two targets per inner."""
+    row = compile_time.CompileRow("deep_mlp", "aot_eager", {"stock": [1.0, 2.0, 1.0], "prototype": [0.9, 2.2, 1.0]})
+    other = compile_time.CompileRow("seed", "aot_eager", {"stock": [1.0, 1.0, 1.0], "prototype": [1.2, 1.1, 1.0]})
+    assert row.ratios("prototype") == pytest.approx([0.9, 1.1, 1.0])
+    assert row.ratio() == pytest.approx(1.0)
+    found = {name: (measured, limit) for name, measured, limit, _ in compile_time.targets([row, other])}
+    deep = next(k for k in found if "deep_mlp" in k)
+    worst = next(k for k in found if "worst workload" in k)
+    assert found[deep] == (pytest.approx(1.0), 1.0)
+    assert found[worst] == (pytest.approx(1.1), 1.05)  # seed's median ratio
+    table = compile_time.markdown([row, other])
+    assert "| deep_mlp | 1.000 (1.000-2.000) | 1.000 (0.900-2.200) | **1.00** (0.90-1.10) |" in table
+
+
+def test_compile_time_measures_each_contender_each_round() -> None:
+    rows = compile_time.measure("aot_eager", ["single_view"], 2, compile_time.contenders("aot_eager", True))
+    (row,) = rows
+    assert set(row.seconds) == {"stock", "prototype", "prototype_capture"}
+    assert all(len(times) == 2 and all(0 < t < 60 for t in times) for times in row.seconds.values())

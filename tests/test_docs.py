@@ -111,13 +111,19 @@ def test_only_the_full_comparison_rewrites_the_committed_results() -> None:
 
 def _compile_time_ratios() -> dict[tuple[str, str], tuple[str, str]]:
     """(inner, workload) -> (prototype / stock, prototype_capture / stock) medians from design/compile-time.md."""
-    ratios, inner = {}, None
+    ratios, inner, header = {}, None, []
     for line in (ROOT / "design" / "compile-time.md").read_text().splitlines():
-        if line.startswith("### inner backend"):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.lstrip("#").strip().startswith("inner backend"):
             inner = line.split("`")[1]
+        elif line.startswith("| workload"):
+            header = cells
         elif inner and line.startswith("| ") and "**" in line:
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            ratios[(inner, cells[0])] = (cells[3].split("**")[1], cells[4].split("**")[1])
+            at = {name: cells[header.index(name)] for name in ("prototype / stock", "prototype_capture / stock")}
+            ratios[(inner, cells[0])] = (
+                at["prototype / stock"].split("**")[1],
+                at["prototype_capture / stock"].split("**")[1],
+            )
     return ratios
 
 

@@ -27,59 +27,23 @@ from torch._guards import detect_fake_mode
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
-    "ACTIVATION_CHECKPOINT",
-    "AUTOGRAD_FUNCTION_APPLY",
-    "CHECKED_ON",
-    "DYNAMO_RESTARTS",
-    "SET_GRAD_ENABLED",
-    "FakeTensor",
-    "FakeTensorMode",
-    "FunctionalTensorMode",
-    "HigherOrderOperator",
-    "OpOverload",
-    "OpOverloadPacket",
-    "StorageWeakRef",
-    "TreeSpec",
-    "as_strided_output_regeneration",
-    "autocast_region_markers",
-    "compile_caches_disabled",
-    "compile_caches_enabled",
-    "compile_counters",
-    "compiled_autograd",
-    "compiled_autograd_configured",
-    "compiling_a_compiled_autograd_graph",
-    "detect_fake_mode",
-    "enable_python_dispatcher",
-    "ends_at_graph_break",
-    "eval_dropout_is_traced_as_its_input",
-    "from_fun",
-    "has_data_mutation",
-    "inductor_compile_fx",
-    "inductor_wrapper_class",
-    "is_restricted_view",
-    "is_view",
-    "lookup_backend",
-    "make_fx",
-    "multi_output_view_optimization_disabled",
-    "overload_packet",
-    "record_opaque_call",
-    "schema_of",
-    "slice_output_regeneration",
-    "starts_after_graph_break",
-    "storage_id",
-    "storage_ref",
-    "to_fun",
-    "trace_pre_dispatch",
-    "tree_flatten",
-    "tree_leaves",
-    "tree_map_only",
-    "tree_unflatten",
+    "ACTIVATION_CHECKPOINT", "AUTOGRAD_FUNCTION_APPLY", "CHECKED_ON", "DYNAMO_RESTARTS", "SET_GRAD_ENABLED",
+    "FakeTensor", "FakeTensorMode", "FunctionalTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
+    "StorageWeakRef", "TreeSpec", "as_strided_output_regeneration", "autocast_region_markers",
+    "compile_caches_disabled", "compile_caches_enabled", "compile_counters", "compiled_autograd",
+    "compiled_autograd_configured", "compiling_a_compiled_autograd_graph", "detect_fake_mode",
+    "enable_python_dispatcher", "ends_at_graph_break", "eval_dropout_is_traced_as_its_input", "from_fun",
+    "has_data_mutation", "inductor_compile_fx", "inductor_wrapper_class", "is_restricted_view", "is_view",
+    "lazy_graph_module", "lookup_backend", "make_fx", "multi_output_view_optimization_disabled", "overload_packet",
+    "record_opaque_call", "schema_of", "slice_output_regeneration", "starts_after_graph_break", "storage_id",
+    "storage_ref", "to_fun", "trace_pre_dispatch", "tree_flatten", "tree_leaves", "tree_map_only", "tree_unflatten",
     "two_tensor_class",
-]
+]  # fmt: skip
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
 tree_leaves = pytree.tree_leaves
@@ -141,6 +105,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._C._functionalization: unbind_int_ViewMeta, split_Tensor_ViewMeta, split_with_sizes_ViewMeta "
     "(as_tuple() layout), apply_view_meta_sequence": _BOTH,
     "torch._decomp.decompositions.dropout (eval_dropout_is_traced_as_its_input)": _BOTH,
+    "torch.fx._lazy_graph_module._LazyGraphModule (lazy_graph_module)": _BOTH,
 }
 
 
@@ -185,6 +150,12 @@ def record_opaque_call(
     if node_meta is not None:  # facts about the call found on its result (``node_meta(out)``)
         proxy.node.meta.update(node_meta(out))
     return track_tensor_tree(out, proxy, constant=None, tracer=tracer)
+
+
+def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    """A GraphModule whose Python code is generated on its first call or ``.code``, as Dynamo makes its own: a
+    slice's intermediate graphs and its epilogue (which the runtime generates its own code for) never need it."""
+    return _LazyGraphModule(root, graph)
 
 
 def storage_ref(t: Any) -> StorageWeakRef | None:

@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import functools
 import math
 import time
-import types
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,8 +34,17 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils.benchmark import Timer
 
+from .compile_time import QUICK as COMPILE_QUICK
+from .compile_time import WORKLOADS as COMPILE_WORKLOADS
+from .compile_time import CompileRow, contenders
+from .compile_time import describe as compile_description
+from .compile_time import markdown as compile_markdown
+from .compile_time import measure as measure_compiles
+from .compile_time import targets as compile_targets
 from .scaling import fit_exponent, plot_scaling
 from .strategies import Strategy, all_strategies, prototype, stock
+from .timing import benchmark_environment as _benchmark_environment
+from .timing import fresh_copy
 from .workloads import Instance, Workload, all_workloads, seed_program, tiny_workloads
 
 
@@ -51,6 +58,8 @@ class Settings:
     step_cap_s: float  # skip a scaling point whose projected forward+backward is longer than this
     budget_s: float = 3.0  # timing seconds per measured call, beyond the first round
     slow: bool = False  # also N=3000 in the scaling series
+    compile_rounds: int = 0  # rounds of compile_time.py's measure (0: none)
+    compile_inners: tuple[str, ...] = ()  # its inner backends (default: ``inners``)
 
     @property
     def timer(self) -> Callable[[], float]:
@@ -96,15 +105,6 @@ class Row:
 
 
 # --- measuring one workload under every strategy ---------------------------------------------------------
-
-
-def fresh_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with its own code object. Dynamo keeps compiled code per code object, so each strategy compiles
-    its own copy and all of them stay live side by side, without ``torch._dynamo.reset()`` between them."""
-    if not isinstance(fn, types.FunctionType):
-        return fn
-    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    return functools.update_wrapper(copy, fn)
 
 
 def compile_instance(workload: Workload, strategy: Strategy, settings: Settings) -> tuple[Row, Instance]:
@@ -278,6 +278,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         step_cap_s=step_cap_s or (0.1 if quick else 10.0),
         budget_s=0.3 if quick else 3.0,
         slow=bool(getattr(args, "slow", False)),
+        compile_rounds=getattr(args, "compile_rounds", None) or (3 if quick else 5),
+        compile_inners=tuple(i for i in (getattr(args, "compile_inner", None) or "").split(",") if i) or inners,
     )
 
 
@@ -348,24 +350,6 @@ def _project(history: list[tuple[int, float]], n: int) -> float:
     last_n, last_t = history[-1]
     k = fit_exponent(*zip(*history)) if len(history) >= 2 else 2.0
     return last_t * (n / last_n) ** max(k, 1.0)
-
-
-@contextlib.contextmanager
-def _benchmark_environment() -> Iterator[None]:
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # also what inductor's CPU codegen sees at compile time
-    try:
-        with (
-            inductor_config.patch(fx_graph_cache=False),
-            functorch_config.patch(enable_autograd_cache=False),
-            torch._dynamo.config.patch(cache_size_limit=64),
-        ):
-            yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _warm_up(settings: Settings) -> None:
@@ -487,7 +471,9 @@ class Target:
         return not math.isnan(self.measured) and self.measured <= self.limit
 
 
-def check_targets(rows: list[Row], epilogue: list[EpilogueRow], inners: tuple[str, ...]) -> list[Target]:
+def check_targets(
+    rows: list[Row], epilogue: list[EpilogueRow], inners: tuple[str, ...], compiles: Sequence[CompileRow] = ()
+) -> list[Target]:
     def find(workload: str, n: int, label: str) -> Row | None:
         for r in rows:
             if r.workload == workload and r.n_outputs == n and r.strategy == label and not r.skipped:
@@ -505,16 +491,7 @@ def check_targets(rows: list[Row], epilogue: list[EpilogueRow], inners: tuple[st
                               0.4, ""))  # fmt: skip
         targets.append(Target(f"{label}: seed N=50 fwd+bwd vs stock", at_50.step_vs_stock if at_50 else nan,
                               0.7, ""))  # fmt: skip
-        deep = find("deep_mlp", 2, label)
-        targets.append(Target(f"{label}: deep_mlp (40 layers) compile vs stock", deep.compile_vs_stock if deep else nan,
-                              1.1, "wall time, one compile each"))  # fmt: skip
-        compiles = [(r.compile_vs_stock, r.workload, r.n_outputs) for r in rows
-                    if r.strategy == label and not r.skipped and not math.isnan(r.compile_vs_stock)]  # fmt: skip
-        if compiles:  # the geometric mean over workloads; the worst is in the detail
-            worst = max(compiles)
-            geo = math.exp(sum(math.log(c) for c, _, _ in compiles) / len(compiles))
-            targets.append(Target(f"{label}: compile time vs stock (geometric mean over workloads)", geo, 1.3,
-                                  f"worst {worst[0]:.2f} ({worst[1]} N={worst[2]})"))  # fmt: skip
+    targets += [Target(*t) for t in compile_targets(compiles)]  # compile time: Note in compile_time.py
     if epilogue:
         worst = max(epilogue, key=lambda e: e.overhead_us / e.bound_us)
         detail = f"N={worst.n}: {worst.overhead_us:.1f} us of {worst.bound_us:.0f} us"
@@ -559,16 +536,21 @@ def run_perf_section(args: argparse.Namespace, out_dir: Path) -> str:
     fits = exponents(series)
     png = plot_scaling(series, out_dir / "scaling.png", f"seed program on {settings.device.type}")
     write_csv(rows, out_dir / "perf.csv")
-    targets = check_targets(rows, epilogue, settings.inners)
+    compiles: list[CompileRow] = []
+    names = COMPILE_QUICK if settings.quick else tuple(COMPILE_WORKLOADS)
+    if settings.compile_rounds and settings.device.type == "cpu":  # CPU seconds mean nothing for CUDA kernels
+        for inner in settings.compile_inners:
+            compiles += measure_compiles(inner, names, settings.compile_rounds, contenders(inner))
+    targets = check_targets(rows, epilogue, settings.inners, compiles)
     elapsed = time.perf_counter() - start
 
     parts = [
         "## Performance",
         f"Device {settings.device.type}, torch {torch.__version__}, inner backends {', '.join(settings.inners)}"
         f"{' (--quick)' if settings.quick else ''}. Times per call: best block of `Timer.blocked_autorange` "
-        f"over {settings.rounds} interleaved rounds ({settings.clock}); compile is the wall time of the first "
-        "forward+backward "
-        "with the FX-graph and AOTAutograd caches off. `x eager` and `x stock` are forward+backward ratios to "
+        f"over {settings.rounds} interleaved rounds ({settings.clock}); compile is the wall time of one first "
+        "forward+backward with the FX-graph and AOTAutograd caches off (the compile-time table below repeats it, "
+        "in CPU time). `x eager` and `x stock` are forward+backward ratios to "
         "eager and to stock with the same inner backend, from this run. Backward nodes: autograd nodes "
         "reachable from the outputs. Held: distinct storages kept alive by the outputs and the tensors "
         "their backward graph saved"
@@ -583,6 +565,15 @@ def run_perf_section(args: argparse.Namespace, out_dir: Path) -> str:
             for label, k in fits.items()
         ),
         f"![scaling]({png.name})" if png else "_(matplotlib not installed: `pip install .[plot]` for the plot)_",
+        *(
+            [
+                "### Compile time (CPU, interleaved rounds)",
+                compile_description(names, settings.compile_rounds),
+                compile_markdown(compiles),
+            ]
+            if compiles
+            else []
+        ),
         "### Epilogue alone",
         "The runtime's generated function for the seed's epilogue with a core that returns a precomputed tensor, "
         "against the eager call it replays; overhead = difference.",
@@ -609,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow", action="store_true", help="also N=3000 in the scaling series")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds per workload")
     parser.add_argument("--step-cap", type=float, default=None, help="skip scaling points projected slower (s)")
+    parser.add_argument("--compile-rounds", type=int, default=None, help="rounds of the compile-time measure")
+    parser.add_argument("--compile-inner", default=None, help="inner backends of the compile-time measure")
     args = parser.parse_args(argv)
     args.inners = tuple(i for i in args.inner.split(",") if i)
     run_perf_section(args, Path(args.out))

@@ -36,6 +36,12 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-parity", action="store_true", help="no parity section")
     parser.add_argument("--skip-perf", action="store_true", help="no performance section")
     parser.add_argument("--slow", action="store_true", help="also run the stress workloads")
+    parser.add_argument(
+        "--compile-rounds", type=int, default=None, help="rounds of the compile-time measure (default 5; --quick 3)"
+    )
+    parser.add_argument(
+        "--compile-inner", default=None, help="inner backends of the compile-time measure (default: --inner's)"
+    )
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
     parser.add_argument("--models", action="store_true", help="also tiny Hugging Face models (extra [models])")
     parser.add_argument(

@@ -35,9 +35,11 @@ from typing import Any
 import torch
 
 from .. import _torch_internals as ti
-from .benchmarks import BestTime, Settings, _benchmark_environment, fresh_copy
+from .benchmarks import BestTime, Settings
 from .model_suite import CASES, ModelCase, PlainCase, step_shapes, suite_cases
 from .strategies import Strategy, eager, prototype, slice_regen, stock, stock_no_fix
+from .timing import benchmark_environment as _benchmark_environment
+from .timing import fresh_copy
 
 __all__ = ["CASES", "ModelCase", "PlainCase", "lengths_strategies", "model_cases", "run_lengths", "run_model"]
 

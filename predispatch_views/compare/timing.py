@@ -1,0 +1,46 @@
+"""The measuring environment the comparison's timings share (benchmarks.py, compile_time.py, models.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import resource
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def fresh_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with its own code object. Dynamo keeps compiled code per code object, so each strategy compiles
+    its own copy and all of them stay live side by side, without ``torch._dynamo.reset()`` between them."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    return functools.update_wrapper(copy, fn)
+
+
+@contextlib.contextmanager
+def benchmark_environment() -> Iterator[None]:
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # also what inductor's CPU codegen sees at compile time
+    try:
+        with (
+            inductor_config.patch(fx_graph_cache=False),
+            functorch_config.patch(enable_autograd_cache=False),
+            torch._dynamo.config.patch(cache_size_limit=64),
+        ):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its waited-for children (gcc for inductor): getrusage, not os.times, for
+    microseconds rather than 10 ms clock ticks (a small workload compiles in 0.1 s)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
