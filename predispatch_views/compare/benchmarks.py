@@ -59,7 +59,6 @@ class Settings:
     budget_s: float = 3.0  # timing seconds per measured call, beyond the first round
     slow: bool = False  # also N=3000 in the scaling series
     compile_rounds: int = 0  # rounds of compile_time.py's measure (0: none)
-    compile_inners: tuple[str, ...] = ()  # its inner backends (default: ``inners``)
 
     @property
     def timer(self) -> Callable[[], float]:
@@ -263,7 +262,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("--device cuda: CUDA is not available here (torch.cuda.is_available() is False)")
     if device.type not in ("cpu", "cuda"):
         raise SystemExit(f"--device {device}: only cpu and cuda are supported")
-    inners = tuple(getattr(args, "inners", None) or ("aot_eager", "inductor"))
+    perf_inner = tuple(i.strip() for i in (getattr(args, "perf_inner", None) or "").split(",") if i.strip())
+    inners = perf_inner or tuple(getattr(args, "inners", None) or ("aot_eager", "inductor"))
     quick = bool(getattr(args, "quick", False))
     if quick:  # one inner backend: aot_eager unless the caller asked for others only
         inners = ("aot_eager",) if "aot_eager" in inners else inners[:1]
@@ -279,7 +279,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         budget_s=0.3 if quick else 3.0,
         slow=bool(getattr(args, "slow", False)),
         compile_rounds=getattr(args, "compile_rounds", None) or (3 if quick else 5),
-        compile_inners=tuple(i for i in (getattr(args, "compile_inner", None) or "").split(",") if i) or inners,
     )
 
 
@@ -539,7 +538,7 @@ def run_perf_section(args: argparse.Namespace, out_dir: Path) -> str:
     compiles: list[CompileRow] = []
     names = COMPILE_QUICK if settings.quick else tuple(COMPILE_WORKLOADS)
     if settings.compile_rounds and settings.device.type == "cpu":  # CPU seconds mean nothing for CUDA kernels
-        for inner in settings.compile_inners:
+        for inner in settings.inners:
             compiles += measure_compiles(inner, names, settings.compile_rounds, contenders(inner))
     targets = check_targets(rows, epilogue, settings.inners, compiles)
     elapsed = time.perf_counter() - start
@@ -601,7 +600,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds per workload")
     parser.add_argument("--step-cap", type=float, default=None, help="skip scaling points projected slower (s)")
     parser.add_argument("--compile-rounds", type=int, default=None, help="rounds of the compile-time measure")
-    parser.add_argument("--compile-inner", default=None, help="inner backends of the compile-time measure")
     args = parser.parse_args(argv)
     args.inners = tuple(i for i in args.inner.split(",") if i)
     run_perf_section(args, Path(args.out))

@@ -40,7 +40,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--compile-rounds", type=int, default=None, help="rounds of the compile-time measure (default 5; --quick 3)"
     )
     parser.add_argument(
-        "--compile-inner", default=None, help="inner backends of the compile-time measure (default: --inner's)"
+        "--perf-inner", default=None, help="inner backends of the performance section (default: --inner's)"
     )
     parser.add_argument("--cases", default=None, help="only cases whose name contains this text")
     parser.add_argument("--models", action="store_true", help="also tiny Hugging Face models (extra [models])")

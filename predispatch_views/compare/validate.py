@@ -103,6 +103,8 @@ def check_models(args: argparse.Namespace) -> None:
 def check_compare_arguments(args: argparse.Namespace) -> Path:
     """Every check; returns the output folder (created)."""
     check_inners(tuple(args.inners))
+    if getattr(args, "perf_inner", None):
+        check_inners(tuple(i.strip() for i in args.perf_inner.split(",") if i.strip()))
     if getattr(args, "models", False):
         check_models(args)
     check_device(args.device)
