@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 from predispatch_views import fallback_docs, fallbacks
@@ -145,3 +148,33 @@ def test_design_05_compile_time_table_is_the_generated_one() -> None:
         assert captured == [ratios[("aot_eager", workload)][1], ratios[("inductor", workload)][1]], row
         checked += 1
     assert checked == 6
+
+
+def test_design_06_line_counts_are_the_scripts() -> None:
+    """design/06 § Lines gained and lost quotes scripts/upstream_lines.py on this checkout and torch."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "upstream_lines.py")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    counts = {line.split(":")[0].lstrip("- "): int(re.findall(r": (\d+)", line)[0]) for line in done.stdout.splitlines()
+              if line.startswith("- ") and re.search(r": \d+", line)}  # fmt: skip
+    text = (ROOT / "design" / "06-landing.md").read_text()
+    section = text[text.index("## Lines gained and lost") : text.index("## Open questions")]
+    flat = " ".join(section.split()).replace(",", "")
+    expected = {
+        "functional_utils.gen_alias_from_base": "`gen_alias_from_base` {}",
+        "runtime_wrappers.AliasOfIntermediateHandler": "`AliasOfIntermediateHandler` {}",
+        "runtime_wrappers.AliasOfInputHandler": "`AliasOfInputHandler` {}",
+        "whole definitions above": "{} lines)",
+        "capture (slice of Dynamo's graph, pre-dispatch trace)": "capture {}:",
+        "selection (graph record, fallback rules, op facts)": "selection {}:",
+        "slicing and segments": "slicing and segments {};",
+        "runtime (epilogue codegen)": "code generation {})",
+        "diagnostic only (explain's functional graph)": "{}-line diagnostic",
+        "total, diagnostic excluded": "prototype's form: {} lines",
+    }
+    for key, pattern in expected.items():
+        assert pattern.format(counts[key]) in flat, (key, counts[key])
+    mentions = next(line for line in done.stdout.splitlines() if "mentioning" in line)
+    (mentioned,) = re.findall(r": (\d+) \(of", mentions)
+    assert f"({mentioned} lines of" in flat
