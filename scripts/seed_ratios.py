@@ -1,32 +1,42 @@
-"""The seed program of pytorch PR #111411: forward+backward time at 50 and 500 outputs, as ratios.
+"""The seed program of pytorch PR #111411: per-call cost against Dynamo's floor, eager and stock (issue 24).
 
-Eager, stock ``torch.compile(backend="aot_eager")`` and the prototype (aot_eager inside), measured in one
-process with torch.utils.benchmark. Run: ``python scripts/seed_ratios.py [--sizes 50,500]``.
+Run from the repository root::
+
+    python scripts/seed_ratios.py --sizes 50,500,1000 --runs 5 [--inner aot_eager] [--output FILE]
+
+Strategies, each compiled on its own copy of ``seed`` in one process: eager; Dynamo's floor (``torch.compile`` with
+``backend="eager"``: Dynamo's guards and bytecode, nothing compiled below it); stock (``backend=inner``); the
+prototype (the backend with ``inner`` inside). Each run times every strategy's forward+backward in interleaved
+rounds (best block of ``Timer.blocked_autorange`` per strategy over the rounds, process CPU time, one thread);
+the table gives, per N, the median over runs of each run's ratios, with their range. A run compiles afresh.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 import types
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch.utils import benchmark
 
-from predispatch_views.compare.strategies import Strategy, eager, prototype, stock
+from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
 
 
-def seed(x):
+def seed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     intermediate = x.mul(2)
     return intermediate.unbind(0)
 
 
-def _fresh(fn):
+def _fresh(fn: Callable[..., object]) -> Callable[..., object]:
     # A new code object per strategy, so Dynamo cache entries of one strategy never serve another.
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__)
 
 
-def measure(strategy: Strategy, n: int, min_run_time: float) -> float:
-    torch._dynamo.reset()
+def _step(strategy: Strategy, n: int) -> Callable[[], None]:
     fn = strategy.make(_fresh(seed))
     x = torch.randn(n, 256, requires_grad=True)
 
@@ -35,24 +45,62 @@ def measure(strategy: Strategy, n: int, min_run_time: float) -> float:
         torch.autograd.backward([o.sum() for o in outs])
         x.grad = None
 
-    for _ in range(3):
+    for _ in range(3):  # compile, then warm
         step()
-    timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median
+    return step
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="50,500")
-    parser.add_argument("--min-run-time", type=float, default=2.0)
+def one_run(strategies: dict[str, Strategy], n: int, rounds: int, min_run_time: float) -> dict[str, float]:
+    """Best seconds per forward+backward of each strategy over interleaved rounds."""
+    torch._dynamo.reset()
+    steps = {label: _step(s, n) for label, s in strategies.items()}
+    best = {label: float("inf") for label in steps}
+    for r in range(rounds):
+        order = list(steps)[r % len(steps) :] + list(steps)[: r % len(steps)]
+        for label in order:
+            timer = benchmark.Timer("step()", globals={"step": steps[label]}, timer=time.process_time, num_threads=1)
+            best[label] = min(best[label], timer.blocked_autorange(min_run_time=min_run_time).median)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="50,500,1000")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-run-time", type=float, default=0.2)
+    parser.add_argument("--inner", default="aot_eager")
+    parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
-    strategies = [eager(), stock("aot_eager"), prototype("aot_eager")]
-    print("| N | eager (ms) | stock[aot_eager] (ms) | prototype[aot_eager] (ms) | proto / eager | proto / stock |")
-    print("|---|---|---|---|---|---|")
+    torch.set_num_threads(1)
+    strategies = {"eager": eager(), "floor": dynamo_eager(), "stock": stock(args.inner),
+                  "prototype": prototype(args.inner)}  # fmt: skip
+    ratios = {"floor": "prototype / floor", "eager": "prototype / eager", "stock": "prototype / stock"}
+    lines = [
+        f"Seed program `x.mul(2).unbind(0)`, x (N, 256), forward+backward; torch {torch.__version__}, inner "
+        f"`{args.inner}`; {args.runs} runs x {args.rounds} interleaved rounds, process CPU time, one thread. "
+        'Cells: median over runs (min-max). floor: `torch.compile(backend="eager")`.',
+        "",
+        "| N | eager (us) | floor (us) | stock (us) | prototype (us) | " + " | ".join(ratios.values()) + " |",
+        "|---" * (5 + len(ratios)) + "|",
+    ]
     for n in (int(s) for s in args.sizes.split(",")):
-        e, s, p = (measure(strategy, n, args.min_run_time) * 1e3 for strategy in strategies)
-        print(f"| {n} | {e:.3f} | {s:.3f} | {p:.3f} | {p / e:.2f}x | {p / s:.2f}x |")
+        runs = [one_run(strategies, n, args.rounds, args.min_run_time) for _ in range(args.runs)]
+        cells = [str(n)]
+        for label in strategies:
+            us = [r[label] * 1e6 for r in runs]
+            cells.append(f"{statistics.median(us):.0f} ({min(us):.0f}-{max(us):.0f})")
+        for label in ratios:
+            rs = [r["prototype"] / r[label] for r in runs]
+            cells.append(f"**{statistics.median(rs):.2f}** ({min(rs):.2f}-{max(rs):.2f})")
+        lines.append("| " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.output is not None:
+        args.output.write_text(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
