@@ -9,7 +9,8 @@ For every program, the prototype (1) replays it faithfully, or (2) falls back to
 (``strict=True`` raises it instead), or (3) raises eager's error. It is never silently different from eager
 where stock is not. What enforces it, in pipeline order:
 - capture: constructs that pre-dispatch tracing runs but does not record faithfully (an inference_mode region,
-  a custom autograd.Function that marks an input dirty or returns an input) fall back before tracing (capture.capture_limitation); a failed trace falls back;
+  a custom autograd.Function that marks an input dirty or returns an input) fall back before tracing
+  (capture.capture_limitation); a failed trace falls back;
 - analysis: a plan whose replay would change what the compiled region sees or saves falls back (Notes [Which
   nodes the epilogue replays] and [Mutations the epilogue must not replay]); so does a plan that would not
   reproduce the trace's alias structure: every output that the trace shows aliasing an input or another output

@@ -38,6 +38,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "design" / "results.md"
 QUICK_OUTPUT = ROOT / "results" / "results-quick.md"
 PARTIAL_OUTPUT = ROOT / "results" / "results-partial.md"
+DETAILS_OUTPUT = ROOT / "results" / "parity-details.md"
+# Sections moved out of design/results.md into DETAILS_OUTPUT (issue 25: no generated log over 50 KB in design/):
+# the per-case table and the per-case fallback list; results.md keeps the summary tables and a link.
+DETAIL_SECTIONS = ("### Prototype fallbacks", "### Per case")
 _LOCAL_LINK = re.compile(r"!?\[([^\]]*)\]\((?!https?://|#)([^)\s]+)\)")
 
 
@@ -48,6 +52,38 @@ def drop_local_links(markdown: str) -> str:
         return f"_({match.group(1) or 'file'}: `{match.group(2)}` is written by compare into its --out folder)_"
 
     return _LOCAL_LINK.sub(note, markdown)
+
+
+def split_details(results: str) -> tuple[str, str]:
+    """(results without the detail sections, the detail sections); each moved section leaves a link behind."""
+    kept: list[str] = []
+    moved: list[str] = []
+    target = kept
+    for line in results.splitlines(keepends=True):
+        if line.startswith("#"):
+            target = moved if line.strip() in DETAIL_SECTIONS else kept
+            if target is moved:
+                title = line.strip().lstrip("#").strip()
+                kept.append(f"{line}\n_Moved to [results/{DETAILS_OUTPUT.name}](../results/{DETAILS_OUTPUT.name}) "
+                            f"(generated with this file): {title.lower()}._\n\n")  # fmt: skip
+        target.append(line)
+    return "".join(kept), "".join(moved)
+
+
+def write_results(output: Path, text: str) -> None:
+    """``text`` to ``output``; for design/results.md, its detail sections to results/parity-details.md."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if output.resolve() != DEFAULT_OUTPUT.resolve():
+        output.write_text(text)
+        return
+    kept, moved = split_details(text)
+    output.write_text(kept)
+    DETAILS_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    first = text.split("\n\n", 3)
+    DETAILS_OUTPUT.write_text(
+        "# Parity details (generated with design/results.md; do not edit)\n\n" + first[2] + "\n\n" + moved
+    )
+    print(f"wrote {DETAILS_OUTPUT}")
 
 
 def _git_commit() -> str:
@@ -100,7 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         help=f"where to write (default: {DEFAULT_OUTPUT.relative_to(ROOT)} for the full run, "
         f"{QUICK_OUTPUT.relative_to(ROOT)} with --quick, {PARTIAL_OUTPUT.relative_to(ROOT)} with other arguments)",
     )
+    parser.add_argument(
+        "--split-existing", action="store_true", help="only move the detail sections out of an existing results.md"
+    )
     args, passthrough = parser.parse_known_args(argv)
+    if args.split_existing:
+        existing = DEFAULT_OUTPUT.read_text()
+        if any(f"{section}\n\n_Moved to" in existing for section in DETAIL_SECTIONS):
+            parser.error(f"{DEFAULT_OUTPUT.relative_to(ROOT)} is split already")
+        write_results(DEFAULT_OUTPUT, existing)
+        return 0
     if args.output is None:
         args.output = default_output(args.quick, passthrough)
     if any(a == "--out" or a.startswith("--out=") for a in passthrough):
@@ -126,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             return completed.returncode or 1
         body = compare_md.read_text()
 
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(header(compare_args, elapsed) + drop_local_links(body.lstrip()))
+    write_results(args.output, header(compare_args, elapsed) + drop_local_links(body.lstrip()))
     print(f"wrote {args.output}")
     return 0
 
