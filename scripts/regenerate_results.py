@@ -38,10 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "design" / "results.md"
 QUICK_OUTPUT = ROOT / "results" / "results-quick.md"
 PARTIAL_OUTPUT = ROOT / "results" / "results-partial.md"
-DETAILS_OUTPUT = ROOT / "results" / "parity-details.md"
-# Sections moved out of design/results.md into DETAILS_OUTPUT (issue 25: no generated log over 50 KB in design/):
-# the per-case table and the per-case fallback list; results.md keeps the summary tables and a link.
-DETAIL_SECTIONS = ("### Prototype fallbacks", "### Per case")
+# Sections moved out of design/results.md into results/ (issue 25: no generated log over 50 KB in design/): the
+# per-case parity table and fallback list, and the models' every-strategy table; results.md keeps the summary
+# tables and a link where each was.
+DETAIL_SECTIONS = {
+    "### Prototype fallbacks": ROOT / "results" / "parity-details.md",
+    "### Per case": ROOT / "results" / "parity-details.md",
+    "### Every strategy": ROOT / "results" / "models-details.md",
+}
 _LOCAL_LINK = re.compile(r"!?\[([^\]]*)\]\((?!https?://|#)([^)\s]+)\)")
 
 
@@ -54,36 +58,39 @@ def drop_local_links(markdown: str) -> str:
     return _LOCAL_LINK.sub(note, markdown)
 
 
-def split_details(results: str) -> tuple[str, str]:
-    """(results without the detail sections, the detail sections); each moved section leaves a link behind."""
+def split_details(results: str) -> tuple[str, dict[Path, str]]:
+    """(results without the detail sections, the detail sections by the file they move to); each moved section
+    leaves a link behind. A section moved already (only its link left) moves nothing."""
     kept: list[str] = []
-    moved: list[str] = []
+    moved: dict[Path, list[str]] = {}
     target = kept
     for line in results.splitlines(keepends=True):
         if line.startswith("#"):
-            target = moved if line.strip() in DETAIL_SECTIONS else kept
-            if target is moved:
-                title = line.strip().lstrip("#").strip()
-                kept.append(f"{line}\n_Moved to [results/{DETAILS_OUTPUT.name}](../results/{DETAILS_OUTPUT.name}) "
-                            f"(generated with this file): {title.lower()}._\n\n")  # fmt: skip
+            to = DETAIL_SECTIONS.get(line.strip())
+            target = moved.setdefault(to, []) if to is not None else kept
+            if to is not None:
+                title = line.strip().lstrip("#").strip().lower()
+                kept.append(f"{line}\n_Moved to [results/{to.name}](../results/{to.name}) (generated with this file): "
+                            f"{title}._\n\n")  # fmt: skip
         target.append(line)
-    return "".join(kept), "".join(moved)
+    texts = {to: "".join(lines) for to, lines in moved.items()}
+    return "".join(kept), {to: text for to, text in texts.items() if "_Moved to [results/" not in text}
 
 
 def write_results(output: Path, text: str) -> None:
-    """``text`` to ``output``; for design/results.md, its detail sections to results/parity-details.md."""
+    """``text`` to ``output``; for design/results.md, its detail sections to their files in results/."""
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.resolve() != DEFAULT_OUTPUT.resolve():
         output.write_text(text)
         return
     kept, moved = split_details(text)
     output.write_text(kept)
-    DETAILS_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    first = text.split("\n\n", 3)
-    DETAILS_OUTPUT.write_text(
-        "# Parity details (generated with design/results.md; do not edit)\n\n" + first[2] + "\n\n" + moved
-    )
-    print(f"wrote {DETAILS_OUTPUT}")
+    generated = text.split("\n\n", 3)[2]
+    for to, sections in moved.items():
+        to.parent.mkdir(parents=True, exist_ok=True)
+        to.write_text(f"# {to.stem.replace('-', ' ').capitalize()} (generated with design/results.md; do not edit)\n\n"
+                      f"{generated}\n\n{sections}")  # fmt: skip
+        print(f"wrote {to}")
 
 
 def _git_commit() -> str:
@@ -141,10 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, passthrough = parser.parse_known_args(argv)
     if args.split_existing:
-        existing = DEFAULT_OUTPUT.read_text()
-        if any(f"{section}\n\n_Moved to" in existing for section in DETAIL_SECTIONS):
-            parser.error(f"{DEFAULT_OUTPUT.relative_to(ROOT)} is split already")
-        write_results(DEFAULT_OUTPUT, existing)
+        write_results(DEFAULT_OUTPUT, DEFAULT_OUTPUT.read_text())
         return 0
     if args.output is None:
         args.output = default_output(args.quick, passthrough)
