@@ -299,7 +299,8 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
         if (
             (source := viewed.get(n)) is not None
             and source.op == "placeholder"
-            and meta.graph_breaks.input_crosses(meta.placeholders.index(source))
+            and meta.graph_breaks.input_crosses(i := meta.placeholders.index(source))
+            and i not in meta.graph_breaks.checked_inputs  # Note [Stock's views across a graph break]
         ):
             return Fallback(
                 FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK,

@@ -149,9 +149,9 @@ class FallbackKind(enum.Enum):
         "`output <k> (<view>) is a view taken under no_grad of input <input>, which requires grad, in a graph "
         "Dynamo resumed after a graph break: where the graph before fell back, that input is stock's view, which "
         "the caller may write in place, and eager's view of it would then refuse its grad_fn`",
-        "each graph is compiled alone: when the graph before the break fell back (the rule above), the input is "
-        "stock's view, and a faithful no_grad view of it raises on grad_fn after a write stock's answers (fuzzer "
-        "s31_447). Same Note.",
+        "when the graph before the break fell back, the input is stock's view, and a faithful no_grad view of it "
+        "raises on grad_fn after a write stock's answers (s31_447). Only such calls: the graph is compiled both "
+        "ways, a call with no input sharing storage with a view stock returned replays (Note [Stock's views...]).",
         "fallback_rules.py",
         "in a graph Dynamo resumed after a graph break",
     )

@@ -132,7 +132,11 @@ class _CaptureWatch(TorchFunctionMode):
     def _fake(self, t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, ti.FakeTensor):
             return t
-        fake = self.fake_mode.from_tensor(t)
+        # Unseen by the trace's torch-function modes: the fake mode's converter toggles grad mode (``no_grad``
+        # around building the meta tensor), which the pre-dispatch trace would record into the program (a restore
+        # to grad mode on inside a function called under no_grad; fuzzer s902_72).
+        with ti.torch_function_disabled():
+            fake = self.fake_mode.from_tensor(t)
         self.real_of[id(fake)] = (fake, t)
         return fake
 

@@ -28,6 +28,9 @@ class GraphBreaks:
     # segment before it) and which outputs cross one (the rest go to the next segment); None: all of them.
     inputs_before: frozenset[int] | None = None
     outputs_after: frozenset[int] | None = None
+    # Inputs the runtime checks on each call not to share storage with a view stock returned (Note [Stock's views
+    # across a graph break] in stock_views.py): a no_grad view of one of them may be replayed.
+    checked_inputs: frozenset[int] = frozenset()
 
     def input_crosses(self, i: int) -> bool:
         return self.before and (self.inputs_before is None or i in self.inputs_before)

@@ -18,9 +18,7 @@ where stock is not. What enforces it, in pipeline order:
 - compile: an error compiling the core (which is not the user's program: it returns bases the user only viewed)
   falls back, so stock decides whether the program compiles;
 - runtime: the epilogue replays eager's own calls, so eager's errors are raised as eager raises them, and it
-  restores the caller's grad mode if one of them raises.
-The differential fuzzer (compare/fuzz.py) and the ported upstream cases check the invariant on programs nobody
-here wrote; design/04 gives the counts.
+  restores the caller's grad mode if one of them raises. The fuzzer and PyTorch's suites check it (design/04).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ import torch
 from torch import fx
 
 from . import _torch_internals as ti
-from . import dynamo_slice, graph_ops
+from . import dynamo_slice, graph_ops, stock_views
 from .analysis import EpilogueSelection, select_epilogue_from
 from .fallbacks import Fallback, FallbackKind
 from .functionalize import FunctionalizedProgram, functionalize_preserving_views
@@ -175,16 +173,27 @@ def compile_captured(
             where = "around" if fallback.run_eagerly else "after"
             result.notes.append(f"cut {where} {at.name} ({graph_ops.op_name(at)}), where {fallback.reason}")
             return result
+    stock_graph = fallback_graph or pre_dispatch
+    checked = fallback is not None and fallback.kind is FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK
+    if checked and stock_fallback and compile_core:  # Note [Stock's views across a graph break] in stock_views.py
+        assert fallback is not None
+        both = stock_views.replayed_unless_stock_views(
+            len(example_inputs), graph_breaks, fallback, graph_label(stock_graph), StrictModeError if strict else None,
+            lambda breaks: compile_captured(pre_dispatch, example_inputs, inner, fallback_graph=stock_graph,
+                                            strict=strict, stock_fallback=False, graph_breaks=breaks),
+            lambda: inner_or_uncompiled(result, stock_graph, example_inputs, inner_fn, strict),
+        )  # fmt: skip
+        if both is not None:
+            return both
     if fallback is not None:  # outside the try: stock's own compile errors are the user's, not ours
         if not stock_fallback:
             return _no_fall_back(result, fallback, strict)
-        return _fall_back(result, fallback, fallback_graph or pre_dispatch, example_inputs, inner_fn, strict)
-
+        return _fall_back(result, fallback, stock_graph, example_inputs, inner_fn, strict)
     if not compile_core:
         result.run = build_runtime(result.sliced, None)
         result.epilogue_source = result.run.source
         return result
-    return _compile_core(result, example_inputs, inner_fn, fallback_graph or pre_dispatch, strict, stock_fallback)
+    return _compile_core(result, example_inputs, inner_fn, stock_graph, strict, stock_fallback)
 
 
 def _compile_core(
@@ -368,11 +377,10 @@ def _fall_back(
 ) -> CompiledProgram:
     if strict:
         raise StrictModeError(fallback.reason)
-    label = graph_label(graph)
-    log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, label)
-    FALLBACKS.append((label, fallback.reason))
+    log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, graph_label(graph))
+    FALLBACKS.append((graph_label(graph), fallback.reason))
     result.fallback = fallback
-    result.run = inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
+    result.run = stock_views.recording_stock_views(inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict))
     return result
 
 
@@ -384,8 +392,7 @@ def _no_fall_back(result: CompiledProgram, fallback: Fallback, strict: bool) -> 
 
 
 def _internal_error(e: BaseException) -> Fallback:
-    message = f"internal error in the view-replay pipeline: {type(e).__name__}: {e}"
-    return Fallback(FallbackKind.INTERNAL_ERROR, message)
+    return Fallback(FallbackKind.INTERNAL_ERROR, f"internal error in the view-replay pipeline: {type(e).__name__}: {e}")
 
 
 def _unset(*args: Any) -> Any:

@@ -46,7 +46,7 @@ STAGES = {
         "fallbacks.py",
     ],
     "slicing and segments": ["slicing.py", "segments.py"],
-    "runtime (epilogue codegen)": ["runtime.py"],
+    "runtime (epilogue codegen, checks per call)": ["runtime.py", "stock_views.py"],
     "diagnostic only (explain's functional graph)": ["functionalize.py"],
 }
 

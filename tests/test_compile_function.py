@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import predispatch_views as pv
+from predispatch_views.compare.fuzz_program import ReturnsInput
 from tests.parity_utils import alias_structure, assert_matches_eager, assert_same, flat_tensors, outcome, view_nodes
 
 
@@ -579,3 +580,27 @@ def test_an_out_call_that_resizes_a_fresh_tensor_is_compiled(fn: Callable[..., A
 def test_an_out_call_that_resizes_a_viewed_tensor_still_falls_back() -> None:
     with pytest.raises(pv.StrictModeError, match="changes a tensor's storage"):
         _compile(sin_into_a_viewed_out_tensor, strict=True)(_x(3, 4, requires_grad=False))
+
+
+def _views_after_a_custom_function(a: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fuzzer s902_72
+    t1 = a.unsqueeze(1)
+    ReturnsInput.apply(t1.select(0, 3))
+    return (t1.unbind(0)[3],)
+
+
+def test_a_call_under_no_grad_leaves_grad_mode_off() -> None:
+    """Fakifying a real tensor during the trace toggled grad mode through the trace's torch-function mode, which
+    recorded a restore to grad mode on: the compiled function turned grad mode on inside the caller's no_grad
+    block, and its result was a view with a grad_fn where eager's has none (fuzzer s902_72)."""
+
+    def run(fn: Any) -> tuple[Any, ...]:
+        a = torch.randn(4, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)
+        with torch.no_grad():
+            (out,) = fn(a)
+            after = torch.is_grad_enabled()
+        return after, out.is_leaf, out.requires_grad, out.grad_fn, torch._C._autograd._get_creation_meta(out)
+
+    compiled = pv.compile_function(_views_after_a_custom_function, inner="aot_eager")
+    expected = run(_views_after_a_custom_function)
+    assert expected[:4] == (False, True, True, None)
+    assert run(compiled) == expected

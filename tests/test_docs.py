@@ -136,7 +136,7 @@ def test_design_06_line_counts_are_the_scripts() -> None:
         "capture (slice of Dynamo's graph, pre-dispatch trace)": "capture {}:",
         "selection (graph record, fallback rules, op facts)": "selection {}:",
         "slicing and segments": "slicing and segments {};",
-        "runtime (epilogue codegen)": "code generation {})",
+        "runtime (epilogue codegen, checks per call)": "per-call checks {})",
         "diagnostic only (explain's functional graph)": "{}-line diagnostic",
         "total, diagnostic excluded": "prototype's form: {} lines",
     }

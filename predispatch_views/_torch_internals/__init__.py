@@ -41,8 +41,8 @@ __all__ = [
     "has_data_mutation", "inductor_compile_fx", "inductor_wrapper_class", "is_restricted_view", "is_view",
     "lazy_graph_module", "lookup_backend", "make_fx", "multi_output_view_optimization_disabled", "overload_packet",
     "record_opaque_call", "schema_of", "slice_output_regeneration", "starts_after_graph_break", "storage_id",
-    "storage_ref", "to_fun", "trace_pre_dispatch", "tree_flatten", "tree_leaves", "tree_map_only", "tree_unflatten",
-    "two_tensor_class",
+    "storage_ref", "to_fun", "torch_function_disabled", "trace_pre_dispatch", "tree_flatten", "tree_leaves",
+    "tree_map_only", "tree_unflatten", "two_tensor_class",
 ]  # fmt: skip
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
@@ -90,7 +90,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base (its signature, bound by name)": _BOTH,
     "torch._C._set_grad_enabled": _BOTH,
     "torch.fx.experimental.proxy_tensor: get_proxy_mode, track_tensor_tree, disable_proxy_modes_tracing; "
-    "torch._C.DisableTorchFunction (record_opaque_call)": _BOTH,
+    "torch._C.DisableTorchFunction (record_opaque_call, torch_function_disabled)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
     "torch._dynamo.exc.RestartAnalysis (DYNAMO_RESTARTS)": _BOTH,
@@ -150,6 +150,11 @@ def record_opaque_call(
     if node_meta is not None:  # facts about the call found on its result (``node_meta(out)``)
         proxy.node.meta.update(node_meta(out))
     return track_tensor_tree(out, proxy, constant=None, tracer=tracer)
+
+
+def torch_function_disabled() -> contextlib.AbstractContextManager[None]:
+    """No torch-function mode sees the calls made inside (as ``record_opaque_call`` runs its target)."""
+    return torch._C.DisableTorchFunction()
 
 
 def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:

@@ -1,0 +1,113 @@
+"""Stock's views across a graph break: the views fallen-back graphs returned, and graphs that replay unless an input
+shares storage with one.
+
+Note [Stock's views across a graph break]
+A graph Dynamo resumed after a graph break that returns a view taken under no_grad of one of its inputs must not be
+replayed when that input is stock's view: the graph before fell back, stock returned a view that autograd lets the
+caller write in place where eager's refuses, and eager's no_grad view of it would then refuse its ``grad_fn`` where
+stock's answers (fuzzer s31_447). Falling back whenever the input *may* be stock's view is wrong the other way: when
+the input is eager's own tensor, the caller gets stock's view, which accepts a write that eager's no_grad view
+refuses; the write bumps the input's version, and a view that the graph before replayed faithfully then refuses its
+``grad_fn``, a crash where stock runs (fuzzer s801_177). Each graph is compiled alone, so neither can be decided
+when compiling, but it can be on each call: the runtime records the storages of the views that fallen-back graphs
+return (while any of those views lives), and such a graph is compiled both ways; a call replays unless an input
+that crosses the break shares storage with a recorded view, and runs stock's program otherwise. A recorded storage
+whose views all died counts no more. One whose memory a new storage reused can count until it is purged: that only
+sends a call to stock's program, the behaviour every call had before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from . import _torch_internals as ti
+from .fallbacks import Fallback
+from .outcomes import FALLBACKS
+
+log = logging.getLogger("predispatch_views")
+
+# storage -> the live views of it that stock's programs returned
+_RECORDED: dict[Any, weakref.WeakSet[torch.Tensor]] = {}
+_PURGE_AT = [1024]  # purge dead entries when the table grows past this (doubled after each purge)
+
+
+def record_stock_views(outputs: Any) -> None:
+    """Remember the views among a fallen-back program's outputs."""
+    for t in ti.tree_leaves(outputs):
+        if isinstance(t, torch.Tensor) and ti.is_view(t) and (key := ti.storage_ref(t)) is not None:
+            _RECORDED.setdefault(key, weakref.WeakSet()).add(t)
+    if len(_RECORDED) > _PURGE_AT[0]:
+        for key in [k for k, views in _RECORDED.items() if not views or k.expired()]:
+            del _RECORDED[key]
+        _PURGE_AT[0] = max(1024, 2 * len(_RECORDED))
+
+
+def shares_storage_with_a_stock_view(t: Any) -> bool:
+    if not isinstance(t, torch.Tensor) or not _RECORDED:
+        return False
+    views = _RECORDED.get(ti.storage_ref(t))
+    return bool(views)
+
+
+def recording_stock_views(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` (a fallen-back program), recording the views it returns."""
+
+    def recorded(*args: Any) -> Any:
+        outputs = run(*args)
+        record_stock_views(outputs)
+        return outputs
+
+    return recorded
+
+
+def replay_unless_stock_views(
+    replay: Callable[..., Any], stock: Callable[..., Any], inputs: Sequence[int], on_use: Callable[[int], None]
+) -> Callable[..., Any]:
+    """``replay``, or ``stock`` (after ``on_use(k)``) for calls where input ``k`` of ``inputs`` shares storage with a
+    view a fallen-back program returned (Note [Stock's views across a graph break])."""
+
+    def run(*args: Any) -> Any:  # Dynamo calls a backend's result with positional inputs
+        k = next((k for k in inputs if shares_storage_with_a_stock_view(args[k])), None)
+        if k is None:
+            return replay(*args)
+        on_use(k)
+        return stock(*args)
+
+    return run
+
+
+def replayed_unless_stock_views(
+    n_inputs: int,
+    graph_breaks: Any,  # graph_meta.GraphBreaks
+    fallback: Fallback,
+    label: str,
+    strict_error: type[Exception] | None,
+    compile_replay: Callable[[Any], Any],  # GraphBreaks -> pipeline.CompiledProgram, not falling back to stock
+    compile_stock: Callable[[], Callable[..., Any]],
+) -> Any:
+    """The program replayed with its crossing inputs checked on each call, and stock's program for the calls that
+    fail the check, logged (or raised under strict) on the first; None where even the checked replay falls back
+    (Note [Stock's views across a graph break])."""
+    crossing = frozenset(i for i in range(n_inputs) if graph_breaks.input_crosses(i))
+    replay = compile_replay(dataclasses.replace(graph_breaks, checked_inputs=crossing))
+    if replay.fallback is not None:
+        return None
+    logged: list[int] = []
+
+    def on_use(k: int) -> None:
+        if strict_error is not None:
+            raise strict_error(fallback.reason)
+        if not logged:
+            logged.append(k)
+            log.info("input %d is stock's view: the call runs stock's program: %s [in %s]", k, fallback.reason, label)
+            FALLBACKS.append((label, fallback.reason))
+
+    replay.run = replay_unless_stock_views(replay.run, recording_stock_views(compile_stock()), sorted(crossing), on_use)
+    replay.notes.append("stock's program for calls whose inputs share storage with a view stock returned")
+    return replay
