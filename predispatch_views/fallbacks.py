@@ -145,13 +145,13 @@ class FallbackKind(enum.Enum):
     )
 
     NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK = FallbackReason(
-        "a graph Dynamo resumed after a graph break that returns a view taken under no_grad of one of its inputs",
+        "a call of a graph Dynamo resumed after a graph break that returns a view taken under no_grad of an input "
+        "sharing storage with a view stock returned for a graph that fell back",
         "`output <k> (<view>) is a view taken under no_grad of input <input>, which requires grad, in a graph "
         "Dynamo resumed after a graph break: where the graph before fell back, that input is stock's view, which "
         "the caller may write in place, and eager's view of it would then refuse its grad_fn`",
-        "when the graph before the break fell back, the input is stock's view, and a faithful no_grad view of it "
-        "raises on grad_fn after a write stock's answers (s31_447). Only such calls: the graph is compiled both "
-        "ways, a call with no input sharing storage with a view stock returned replays (Note [Stock's views...]).",
+        "a faithful no_grad view of stock's view raises on grad_fn after a write stock's answers (s31_447); "
+        "other calls replay (Note [Stock's views across a graph break]).",
         "fallback_rules.py",
         "in a graph Dynamo resumed after a graph break",
     )
