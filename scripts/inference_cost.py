@@ -22,7 +22,7 @@ import torch
 from torch.utils import benchmark
 
 from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
-from predispatch_views.compare.timing import benchmark_environment, fresh_copy
+from predispatch_views.compare.timing import benchmark_environment, fresh_copy, median_and_range
 from predispatch_views.compare.workloads import Workload, deep_mlp, kjt, qkv, seed, single_view
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
@@ -76,9 +76,8 @@ def main() -> int:
                 runs = [one_run(workload, strategies, args.rounds) for _ in range(args.runs)]
                 cells = [inner, name]
                 cells += [f"{statistics.median(r[label] for r in runs) * 1e6:.0f}" for label in strategies]
-                for to in ("stock", "floor"):
-                    rs = [r["prototype"] / r[to] for r in runs]
-                    cells.append(f"**{statistics.median(rs):.2f}** ({min(rs):.2f}-{max(rs):.2f})")
+                ratios = ([r["prototype"] / r[to] for r in runs] for to in ("stock", "floor"))
+                cells += [median_and_range(rs, bold=True) for rs in ratios]
                 lines.append("| " + " | ".join(cells) + " |")
                 print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"

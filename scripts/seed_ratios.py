@@ -14,7 +14,6 @@ the table gives, per N, the median over runs of each run's ratios, with their ra
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 import types
 from collections.abc import Callable
@@ -24,6 +23,7 @@ import torch
 from torch.utils import benchmark
 
 from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
+from predispatch_views.compare.timing import median_and_range
 
 
 def seed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -87,12 +87,8 @@ def main() -> int:
     for n in (int(s) for s in args.sizes.split(",")):
         runs = [one_run(strategies, n, args.rounds, args.min_run_time) for _ in range(args.runs)]
         cells = [str(n)]
-        for label in strategies:
-            us = [r[label] * 1e6 for r in runs]
-            cells.append(f"{statistics.median(us):.0f} ({min(us):.0f}-{max(us):.0f})")
-        for label in ratios:
-            rs = [r["prototype"] / r[label] for r in runs]
-            cells.append(f"**{statistics.median(rs):.2f}** ({min(rs):.2f}-{max(rs):.2f})")
+        cells += [median_and_range([r[label] * 1e6 for r in runs], 0) for label in strategies]
+        cells += [median_and_range([r["prototype"] / r[label] for r in runs], bold=True) for label in ratios]
         lines.append("| " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"

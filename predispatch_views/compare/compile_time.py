@@ -27,7 +27,7 @@ import torch
 
 from .. import dynamo_slice
 from .strategies import Strategy, prototype, stock
-from .timing import benchmark_environment, cpu_seconds, fresh_copy
+from .timing import benchmark_environment, cpu_seconds, fresh_copy, median_and_range
 from .workloads import Workload, deep_mlp, kjt, layers, qkv, seed, single_view, tiny_workloads
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
@@ -120,10 +120,6 @@ def measure(
     return list(rows.values())
 
 
-def _range(values: Sequence[float], digits: int) -> str:
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-
-
 def markdown(rows: Sequence[CompileRow], phases: bool = False) -> str:
     """One table per inner backend: seconds (median and range) and ratios to stock (median of per-round ratios,
     with their range)."""
@@ -137,9 +133,8 @@ def markdown(rows: Sequence[CompileRow], phases: bool = False) -> str:
             header.append("prototype at median: capture / inner / rest (s)")
         lines += [f"#### inner backend `{inner}`", "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
         for r in mine:
-            cells = [r.workload, *(_range(r.seconds[label], 3) for label in labels)]
-            cells += [f"**{r.ratio(label):.2f}** ({min(r.ratios(label)):.2f}-{max(r.ratios(label)):.2f})"
-                      for label in others]  # fmt: skip
+            cells = [r.workload, *(median_and_range(r.seconds[label], 3) for label in labels)]
+            cells += [median_and_range(r.ratios(label), bold=True) for label in others]
             if phases:
                 runs = sorted(zip(r.seconds["prototype"], r.phases.get("prototype", [])), key=lambda run: run[0])
                 total, at_median = runs[len(runs) // 2] if runs else (math.nan, {})

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import resource
+import statistics
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +38,12 @@ def benchmark_environment() -> Iterator[None]:
             yield
     finally:
         torch.set_num_threads(threads)
+
+
+def median_and_range(values: Sequence[float], digits: int = 2, bold: bool = False) -> str:
+    """``median (min-max)``, the cell every repeated measure of the comparison reports; ``bold`` marks the median."""
+    median = f"{statistics.median(values):.{digits}f}"
+    return f"{f'**{median}**' if bold else median} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def cpu_seconds() -> float:
