@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("README.md", "design/*.md")
-MARKER = re.compile(r"<!-- fig (?P<ref>[^>]*?) -->(?P<value>.*?)<!-- /fig -->", re.DOTALL)
+# Not after a backtick: a marker shown as code (README explains the syntax) is no figure.
+MARKER = re.compile(r"(?<!`)<!-- fig (?P<ref>[^>]*?) -->(?P<value>.*?)<!-- /fig -->", re.DOTALL)
 
 
 @dataclass(frozen=True)
