@@ -188,6 +188,8 @@ def test_a_stale_figure_is_caught_and_rewritten(tmp_path: Path) -> None:
     assert "quotes '9.99'" in problem and repr(actual) in problem
     assert doc_figures.write((doc,)) == 1
     assert doc_figures.differences((doc,)) == [] and f"-->{actual}<!--" in doc.read_text()
+    doc.write_text(f"the syntax: `<!-- fig {ref} -->value<!-- /fig -->`\n")  # shown as code: no figure
+    assert doc_figures.figures((doc,)) == []
     doc.write_text(f"<!-- fig {ref.replace('#aot_eager', '')} -->1<!-- /fig -->\n")  # two tables match: ambiguous
     (problem,) = doc_figures.differences((doc,))
     assert "2 rows start with deep_mlp" in problem
