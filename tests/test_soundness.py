@@ -920,7 +920,10 @@ def test_writing_a_view_from_the_graph_after_a_break_keeps_the_views_of_the_grap
         return outcome(lambda: type(outs[0].grad_fn).__name__)
 
     expected = run(views_an_input_across_a_graph_break)
-    assert run(torch.compile(views_an_input_across_a_graph_break, backend="aot_eager"))[0] == "ok"
+    stock = run(torch.compile(views_an_input_across_a_graph_break, backend="aot_eager"))
+    # Where stock's p=0 dropout is a clone (2.13) stock runs, and the old fallback crashed: a crash where stock runs.
+    # Where it is the input itself (2.14) stock's views raise too; the prototype still matches eager.
+    assert (stock[0] == "ok") is not _torch_internals.eval_dropout_is_traced_as_its_input()
     pv.FALLBACKS.clear()
     # The graph after the break replays: its input b is the caller's own tensor, no view stock returned (Note
     # [Stock's views across a graph break]); t2 is eager's no_grad view, which refuses the write as eager's does.
