@@ -32,8 +32,9 @@ from .outcomes import FALLBACKS
 
 log = logging.getLogger("predispatch_views")
 
-# storage -> the live views of it that stock's programs returned
-_RECORDED: dict[Any, weakref.WeakSet[torch.Tensor]] = {}
+# storage -> the live views of it that stock's programs returned, by id (a WeakSet would compare tensors with ``==``,
+# elementwise, when one is recorded twice: fuzzer s904_259)
+_RECORDED: dict[Any, weakref.WeakValueDictionary[int, torch.Tensor]] = {}
 _PURGE_AT = [1024]  # purge dead entries when the table grows past this (doubled after each purge)
 
 
@@ -41,7 +42,7 @@ def record_stock_views(outputs: Any) -> None:
     """Remember the views among a fallen-back program's outputs."""
     for t in ti.tree_leaves(outputs):
         if isinstance(t, torch.Tensor) and ti.is_view(t) and (key := ti.storage_ref(t)) is not None:
-            _RECORDED.setdefault(key, weakref.WeakSet()).add(t)
+            _RECORDED.setdefault(key, weakref.WeakValueDictionary())[id(t)] = t
     if len(_RECORDED) > _PURGE_AT[0]:
         for key in [k for k, views in _RECORDED.items() if not views or k.expired()]:
             del _RECORDED[key]

@@ -38,3 +38,13 @@ def test_a_call_replays_unless_an_input_shares_storage_with_a_stock_view() -> No
     assert run(mine, theirs) == "stock" and used == [1]
     assert run(theirs, mine) == "replay"  # only the listed inputs are checked
     del returned
+
+
+def test_a_view_recorded_twice_is_one_entry() -> None:
+    """A WeakSet compared tensors with ``==`` (elementwise, ambiguous as a bool) when a program returned the same
+    view twice, or returned it again on a later call while the first was alive (fuzzer s904_259)."""
+    base = torch.randn(3, 4)
+    view = base[:, 1:]
+    stock_views.record_stock_views((view, view))
+    stock_views.record_stock_views([view])
+    assert stock_views.shares_storage_with_a_stock_view(base)
