@@ -983,3 +983,33 @@ def test_views_through_a_p0_dropout_across_a_graph_break_run() -> None:
     assert run(views_through_a_p0_dropout_then_a_graph_break)[0] == "ok"
     assert run(torch.compile(views_through_a_p0_dropout_then_a_graph_break, backend="aot_eager"))[0] == "ok"
     assert run(torch.compile(views_through_a_p0_dropout_then_a_graph_break, backend=pv.backend("aot_eager")))[0] == "ok"
+
+
+def writes_a_split_output_under_no_grad_after_a_graph_break(a: torch.Tensor, k: int) -> Any:  # fuzzer s905_15
+    t1, t2 = (a @ a.t()).split_with_sizes([1, 1], 1)
+    u1, u2 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    with torch.no_grad():
+        torch.max(t2, 0, out=(u1, u2))  # a graph break: out= resizes its outputs
+    with torch.no_grad():
+        t1.normal_()
+    return (t1.select(0, k % t1.shape[0]),)
+
+
+def test_a_written_split_output_read_after_a_graph_break_raises_as_dynamo_alone_does() -> None:
+    """Eager raises its lazy error for the written multi-output view. Dynamo fakes that view across the break and
+    raises the same error, wrapped, naming AsStrided: Dynamo with backend="eager" (the ceiling) does too, and so does
+    the prototype, which replays eager's view. Stock returns no view and raises nothing. The fuzzer counts it as a
+    crash where stock runs (s905_15); no design below Dynamo can raise eager's own message here."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        torch._dynamo.reset()
+        a = torch.randn(2, 4, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)
+        return outcome(lambda: fn(a, 2))
+
+    program = writes_a_split_output_under_no_grad_after_a_graph_break
+    eager = run(program)
+    ceiling = run(torch.compile(program, backend="eager"))
+    actual = run(torch.compile(program, backend=pv.backend("aot_eager")))
+    assert eager[:2] == ("raised", "RuntimeError") and "modified inplace" in eager[2]
+    assert actual[:2] == ceiling[:2] == ("raised", "TorchRuntimeError")
+    assert "its base or another view of its base has been modified inplace" in actual[2]
