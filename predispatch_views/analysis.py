@@ -51,7 +51,7 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import fallback_rules as rules
-from . import graph_ops, output_rules
+from . import graph_break_rules, graph_ops, output_rules
 from .fallbacks import Fallback
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta, is_any_view
 
@@ -143,7 +143,8 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
     for rule in (
         lambda: rules.unreplayable_mutation(meta, epilogue, duplicated),
         lambda: rules.no_grad_view_read_with_grad(meta, epilogue),
-        lambda: rules.multi_output_view_at_graph_break(meta, epilogue),
+        lambda: graph_break_rules.multi_output_view_at_graph_break(meta, epilogue),
+        lambda: graph_break_rules.dropout_layout_at_graph_break(meta, epilogue),
         lambda: rules.view_fn_write_under_compiled_autograd(meta, epilogue),
     ):
         if (fallback := rule()) is not None:

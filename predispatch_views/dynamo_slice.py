@@ -26,7 +26,7 @@ before. So it declines (returns a reason, logged at DEBUG) when:
 - a view call's other arguments are computed in the graph from more than the inputs' sizes (a size computed from
   the inputs, ``x.size(0) * 2`` under dynamic shapes, is recomputed in the epilogue, as the capture's rule 1 does;
   a view the core reads too is copied into both, as the capture duplicates it);
-- the graph starts or ends at a graph break (the graph-break rules of fallback_rules.py);
+- the graph starts or ends at a graph break (the graph-break rules of graph_break_rules.py);
 - a backward can follow and the core falls into independent parts (Note [Independent parts of the core] in
   slicing.py: the capture's core would be cut into one compiled function per part).
 ``PREDISPATCH_VIEWS_SLICE_DYNAMO=0`` turns the slice off, for comparing it with the capture.

@@ -312,37 +312,6 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
     return None
 
 
-def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) -> Fallback | None:
-    """A replayed output of a multi-output view (or a view of one) that requires grad, in a graph ending at a graph
-    break, whose base the code between the graphs can reach: an input, or another output that is no such view.
-    Dynamo reads the view's ``grad_fn`` when it wraps it for the resume function, and if the break's own
-    instruction wrote that base in place (``c.t_()`` on an input breaks the graph; fuzzer s41_47), eager's view
-    refuses it: a crash inside the call where eager raises only if the caller reads ``grad_fn``, and stock, which
-    returns no view, runs. A base only the multi-output views themselves reach stays replayed (``q, k =
-    lin(x).chunk(2)`` before a ``print``): writing one of them in place with grad enabled is eager's own error.
-    Not covered: the break's instruction writing one of them under no_grad (design/04, Known limits).
-    """
-    if not meta.graph_breaks.after:
-        return None
-    root = meta.root
-    multi_output_views: set[fx.Node] = set()
-    for n in meta.nodes:
-        if graph_ops.is_view_getitem(n) or (graph_ops.is_view(n) and n.args[0] in multi_output_views):
-            multi_output_views.add(n)
-    reachable = {root[n] for n in meta.outputs if n not in multi_output_views} | set(meta.placeholders)
-    for k, n in enumerate(meta.outputs):
-        if not meta.graph_breaks.output_crosses(k):
-            continue
-        if n in multi_output_views and n in epilogue and n in meta.requires_grad and root[n] in reachable:
-            return Fallback(
-                FallbackKind.MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK,
-                f"output {k} ({n.name}) is a view from a multi-output view call, returned by a graph that stops "
-                "at a graph break: Dynamo would crash wrapping it for the next graph if the code between the "
-                f"graphs wrote its base {root[n].name} in place (eager refuses the grad_fn of such a view)",
-            )
-    return None
-
-
 # View calls whose autograd view info always carries a view_fn (torch's codegen: VIEW_FUNCTIONS_WITH_METADATA_CHANGE).
 _VIEW_FN_VIEWS = {"view_as_real", "view_as_complex", "_conj", "_neg_view"}
 

@@ -1,10 +1,6 @@
 """Every reason a program falls back to stock AOTAutograd: the one list the docs are generated from.
-
-README.md, design/README.md and design/04-soundness.md hold the rendering of this list between
-``<!-- fallbacks:NAME -->`` and ``<!-- /fallbacks:NAME -->`` markers; ``python -m predispatch_views.fallback_docs``
-rewrites those blocks, and tests/test_docs.py checks both that they are up to date and that every reason the
-code can log (a ``Fallback(...)``, a returned or assigned reason string, a ``_fall_back`` argument) carries the
-``marker`` of one entry here.
+``python -m predispatch_views.fallback_docs`` renders it between ``<!-- fallbacks:NAME -->`` markers in README.md and
+design/; tests/test_docs.py checks those blocks and that every reason the code can log carries one entry's ``marker``.
 """
 
 from __future__ import annotations
@@ -44,10 +40,8 @@ class FallbackKind(enum.Enum):
         "`<node> reads <alias> after <mutation> mutated its base (through a view, or under no_grad), and that "
         "mutation must be replayed in eager`",
         "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
-        "recompute (it would need a scatter), and an out-of-place form of a no_grad write would lose its target's "
-        "autograd history. Such a program is cut in two after the mutation instead (Note [Segments] in "
-        "segments.py); it falls back only where the cut is refused (the code after it writes a value aliasing one "
-        "computed before, reads a restricted view written after it was taken, or needs a size from before).",
+        "recompute, and one of a no_grad write would lose its target's history. Such a program is cut in two after "
+        "the mutation (Note [Segments]); it falls back only where the cut is refused.",
         "fallback_rules.py",
         "mutated its base (through a view, or under",
     )
@@ -98,10 +92,8 @@ class FallbackKind(enum.Enum):
         "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) "
         "of the compiled region may save it, or a value computed from it, for backward`",
         "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
-        "bump the version of a tensor the compiled backward checks, an error eager does not raise (or, when the "
-        "op that made the base saves its result, raises with a message that cannot name eager's node). Where "
-        "the op that may save it comes after the write, the program is cut in two there instead (Note "
-        "[Segments]).",
+        "bump the version of a tensor the compiled backward checks, an error eager does not raise (or one that "
+        "cannot name eager's node). Where the saving op comes after the write, the program is cut there instead.",
         "fallback_rules.py",
         "of the compiled region may save it",
     )
@@ -135,13 +127,21 @@ class FallbackKind(enum.Enum):
         "`output <k> (<view>) is a view from a multi-output view call, returned by a graph that stops at a graph "
         "break: Dynamo would crash wrapping it for the next graph if the code between the graphs wrote its base "
         "<base> in place`",
-        "eager refuses the grad_fn of a multi-output view (CreationMeta MULTI_OUTPUT_NODE) once its base or another "
-        "view of it is written in place; Dynamo reads is_leaf when it wraps the view for the resume function, a "
-        "crash inside the call where eager raises only if the caller reads grad_fn (fuzzer s41_47: `c.t_()` after "
-        "`c.split(...)`); stock returns no view. Only where the code between the graphs can reach the base: an "
-        "input, or another output that is no multi-output view.",
-        "fallback_rules.py",
+        "eager refuses the grad_fn of a multi-output view once its base is written in place; Dynamo reads is_leaf "
+        "wrapping the view for the resume function: a crash where eager raises only if grad_fn is read (fuzzer "
+        "s41_47: `c.t_()` after `c.split(...)`). Only where the code between the graphs can reach the base.",
+        "graph_break_rules.py",
         "is a view from a multi-output view call, returned by a graph that stops",
+    )
+
+    DROPOUT_LAYOUT_AT_GRAPH_BREAK = FallbackReason(
+        "a graph that ends at a graph break and returns a replayed dropout that returns its input (p=0, eval)",
+        "`output <k> (<node>) crosses a graph break and comes from <dropout>, which returns its input in eager "
+        "where Dynamo's fake allocates: the code Dynamo traced after the break assumed the fake's layout`",
+        "eager's layout would reach code Dynamo traced on the fake's and raise where stock runs (fuzzer s905_79, "
+        "the ceiling raises too); Note [Dynamo's example values at a graph break].",
+        "graph_break_rules.py",
+        "which returns its input in eager where Dynamo's fake allocates",
     )
 
     NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK = FallbackReason(

@@ -42,6 +42,8 @@ STAGES = {
         "graph_meta.py",
         "analysis.py",
         "fallback_rules.py",
+        "output_rules.py",
+        "graph_break_rules.py",
         "graph_ops.py",
         "fallbacks.py",
     ],

@@ -20,6 +20,8 @@ PACKAGE = ROOT / "predispatch_views"
 # The modules whose code produces fallback reasons.
 REASON_MODULES = (
     "fallback_rules.py",
+    "output_rules.py",
+    "graph_break_rules.py",
     "capture.py",
     "function_capture.py",
     "pipeline.py",

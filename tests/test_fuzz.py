@@ -15,6 +15,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from predispatch_views.compare.fuzz import (
+    CRASH_AS_THE_CEILING,
     CRASH_WHERE_STOCK_RUNS,
     WRONG_ON_A_PROBE,
     WRONG_WHERE_STOCK_MATCHES,
@@ -28,6 +29,7 @@ from predispatch_views.compare.fuzz import (
     program_features,
     run_program,
     setting_of,
+    summary,
     violated_rule,
     wrong_on_a_probe,
 )
@@ -226,6 +228,36 @@ def test_the_process_runner_counts_the_diagnostic_rule() -> None:
     table = fuzz_runner.summary([row], results.labels)
     assert table["prototype[fake]"]["wrong_on_a_probe"] == 1, row
     assert table["stock[fake]"]["wrong_on_a_probe"] == 0
+
+
+def _raises(message: str) -> Callable[[Callable[..., Any], Any], Any]:
+    def wrap(fn: Callable[..., Any], args: Any) -> Any:
+        raise RuntimeError(message)
+
+    return wrap
+
+
+@pytest.mark.parametrize(
+    ("ceiling_message", "rule"), [("same", CRASH_AS_THE_CEILING), ("other", CRASH_WHERE_STOCK_RUNS)]
+)
+def test_a_crash_the_ceiling_shares_is_reported_apart_from_the_invariant(ceiling_message: str, rule: str) -> None:
+    """Fuzzer s905_15: the prototype raised where stock ran, and Dynamo with backend="eager" raised the same. Only the
+    same error at the same probe moves a crash out of the invariant's count; another error keeps it in."""
+    from predispatch_views.compare import fuzz_runner
+
+    strategies = [
+        eager(),
+        _fake("dynamo_eager", _raises(ceiling_message)),
+        _fake("stock", _last_output_a_view),
+        _fake("prototype", _raises("same")),
+    ]
+    results = fuzz(1, 43, strategies, start=704, do_shrink=False)
+    assert [f.rule for f in results.failures] == [rule]
+    table = summary(results)["prototype[fake]"]
+    expected = (0, 1) if rule == CRASH_AS_THE_CEILING else (1, 0)
+    assert (table["crash_where_stock_runs"], table["crash_as_the_ceiling"]) == expected
+    row = fuzz_runner._row(results.programs[0][0].name, 43, 704, results)
+    assert row["strategies"]["prototype[fake]"]["rule"] == rule
 
 
 def test_a_crash_behind_a_divergence_in_the_same_probe_is_a_crash() -> None:

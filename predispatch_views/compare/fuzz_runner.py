@@ -23,7 +23,9 @@ from typing import Any
 from .ceiling import Gap, Result, ceiling_label_for, gap_markdown, gaps, is_below_the_ceiling
 from .fuzz import (
     COLUMNS,
+    CRASH_AS_THE_CEILING,
     CRASH_WHERE_STOCK_RUNS,
+    INVARIANT_RULES,
     WRONG_ON_A_PROBE,
     WRONG_WHERE_STOCK_MATCHES,
     Failure,
@@ -66,11 +68,10 @@ def _row(program_name: str, seed: int, index: int, results: Any) -> dict[str, An
         if r is None:  # a strategy setting this program does not run under
             continue
         stock = "stock" + label[label.index("[") :]
-        rule = None
-        if label.startswith("prototype") and stock in row:
+        # The rule fuzz() found (it compares probe by probe and with the ceiling), else the invariant's.
+        rule = next((f.rule for f in results.failures if f.label == label), None)
+        if rule is None and label.startswith("prototype") and stock in row:
             rule = violated_rule(r.outcome, row[stock].outcome)
-        if rule is None:  # the diagnostic rule, which fuzz() found comparing the runs probe by probe
-            rule = next((f.rule for f in results.failures if f.label == label), None)
         ceiling = ceiling_label_for(label, row) if is_prototype_label(label) else None
         out["strategies"][label] = {
             "category": r.category,
@@ -253,6 +254,7 @@ def summary(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str
             counts["wrong_where_stock_matches"] += r["rule"] == WRONG_WHERE_STOCK_MATCHES
             counts["crash_where_stock_runs"] += r["rule"] == CRASH_WHERE_STOCK_RUNS
             counts["wrong_on_a_probe"] += r["rule"] == WRONG_ON_A_PROBE
+            counts["crash_as_the_ceiling"] += r["rule"] == CRASH_AS_THE_CEILING
             counts["below_the_ceiling"] += bool(r.get("below_ceiling"))
         table[label] = counts
     return table
@@ -291,9 +293,11 @@ def markdown(
         "processes. `fallback` programs are not counted in match/divergence/crash; `fallback_match` is how many of "
         "them still matched eager. `wrong_where_stock_matches`: the strategy diverges or crashes on a program where "
         "stock matches eager; `crash_where_stock_runs`: it crashes where stock does not (these two are issue 9's "
-        "invariant). `wrong_on_a_probe` (diagnostics): on the other programs, some probe where the strategy "
-        "differs from eager while stock does not. `below_the_ceiling` (diagnostics): the strategy differs from eager "
-        'where the ceiling (`dynamo_eager`, Dynamo with `backend="eager"`) under the same setting matches.',
+        "invariant). `crash_as_the_ceiling`, apart from it: a crash where stock runs that the ceiling raises too, "
+        "at the same probe with the same error (Dynamo's own). `wrong_on_a_probe` (diagnostics): on the other "
+        "programs, some probe where the strategy differs from eager while stock does not. `below_the_ceiling` "
+        "(diagnostics): the strategy differs from eager where the ceiling (`dynamo_eager`, Dynamo with "
+        '`backend="eager"`) under the same setting matches.',
         "",
         dimensions_paragraph(dimensions),
         "",
@@ -308,7 +312,7 @@ def markdown(
             (
                 row.get("features", []),
                 {
-                    label: (r["kind"], r["rule"] if r["rule"] != WRONG_ON_A_PROBE else None)
+                    label: (r["kind"], r["rule"] if r["rule"] in INVARIANT_RULES else None)
                     for label, r in row["strategies"].items()
                 },
             )
