@@ -8,6 +8,13 @@ which renders as ``1.19``. The marker names a generated Markdown file (``file#te
 at any level, that contains ``text``), the leading cells of one table row in it (as many as make the row unique) and a
 column of that table, separated by ``::`` (a ``|`` would split a Markdown table cell that holds a marker); the
 value is that cell, without bold markers.
+A whole table is quoted the same way, its marker lines around it::
+
+    <!-- table results/seed-measurement.md#Medians -->
+    | ... the table, as it is in the results file ... |
+    <!-- /table -->
+
+(``file#text``: the one table under a heading that contains ``text``).
 ``python -m predispatch_views.doc_figures`` lists every marker whose value differs from its cell (exit status
 1), ``--write`` rewrites the values from the results, and tests/test_docs.py fails on any difference: a figure
 cannot go stale silently when its results file is regenerated.
@@ -25,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("README.md", "design/*.md")
 # Not after a backtick: a marker shown as code (README explains the syntax) is no figure.
 MARKER = re.compile(r"(?<!`)<!-- fig (?P<ref>[^>]*?) -->(?P<value>.*?)<!-- /fig -->", re.DOTALL)
+TABLE = re.compile(r"^<!-- table (?P<ref>[^>]*?) -->\n(?P<value>(?:\|.*\n)*)<!-- /table -->$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -40,9 +48,10 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def _tables(text: str) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(the headings above it, outermost first, joined by newlines; header; rows) of every Markdown table."""
-    tables: list[tuple[str, list[str], list[list[str]]]] = []
+def _tables(text: str) -> list[tuple[str, list[str], list[list[str]], str]]:
+    """(the headings above it, outermost first, joined by newlines; header; rows; its lines) of every Markdown
+    table."""
+    tables: list[tuple[str, list[str], list[list[str]], str]] = []
     lines = text.splitlines()
     path: list[str] = []  # the enclosing headings, one per level
     i = 0
@@ -52,22 +61,31 @@ def _tables(text: str) -> list[tuple[str, list[str], list[list[str]]]]:
             path = [*path[: level - 1], *[""] * max(0, level - 1 - len(path)), lines[i]]
         heading = "\n".join(h for h in path if h)
         if lines[i].startswith("|") and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[i + 1].strip()):
-            header, rows = _cells(lines[i]), []
+            start, header, rows = i, _cells(lines[i]), []
             i += 2
             while i < len(lines) and lines[i].startswith("|"):
                 rows.append(_cells(lines[i]))
                 i += 1
-            tables.append((heading, header, rows))
+            tables.append((heading, header, rows, "\n".join(lines[start:i]) + "\n"))
         else:
             i += 1
     return tables
+
+
+def table_text(source: str) -> str:
+    """The lines of the one table in ``source`` (``file#text``) under a heading that contains ``text``."""
+    path, _, under = source.partition("#")
+    found = [text for heading, _, _, text in _tables((ROOT / path.strip()).read_text()) if under.strip() in heading]
+    if len(found) != 1:
+        raise LookupError(f"{source}: {len(found)} tables under a heading containing {under.strip()!r}")
+    return found[0]
 
 
 def lookup(source: str, row: tuple[str, ...], column: str) -> str:
     """The cell of ``column`` in the one row of ``source``'s tables whose leading cells are ``row``."""
     found = []
     path, _, under = source.partition("#")
-    for heading, header, rows in _tables((ROOT / path).read_text()):
+    for heading, header, rows, _ in _tables((ROOT / path).read_text()):
         if column not in header or under not in heading:
             continue
         for cells in rows:
@@ -105,7 +123,19 @@ def differences(documents: tuple[str | Path, ...] = DOCUMENTS) -> list[str]:
         if actual != f.quoted:
             where = " :: ".join((f.source, *f.row, f.column))
             problems.append(f"{f.document.name}: quotes {f.quoted!r} for {where}, which is {actual!r}")
+    for path in _paths(documents):
+        for m in TABLE.finditer(path.read_text()):
+            try:
+                if table_text(m.group("ref")) != m.group("value"):
+                    problems.append(f"{path.name}: the table quoted from {m.group('ref')} differs from it")
+            except (LookupError, OSError) as e:
+                problems.append(f"{path.name}: {e}")
     return problems
+
+
+def tables(documents: tuple[str | Path, ...] = DOCUMENTS) -> list[tuple[Path, str]]:
+    """(document, source) of every quoted table."""
+    return [(path, m.group("ref")) for path in _paths(documents) for m in TABLE.finditer(path.read_text())]
 
 
 def write(documents: tuple[str | Path, ...] = DOCUMENTS) -> int:
@@ -125,7 +155,16 @@ def write(documents: tuple[str | Path, ...] = DOCUMENTS) -> int:
             changed += actual != m.group("value")
             return f"<!-- fig {m.group('ref')} -->{actual}<!-- /fig -->"
 
-        new = MARKER.sub(value, text)
+        def table(m: re.Match[str]) -> str:
+            nonlocal changed
+            try:
+                actual = table_text(m.group("ref"))
+            except (LookupError, OSError):
+                return m.group(0)
+            changed += actual != m.group("value")
+            return f"<!-- table {m.group('ref')} -->\n{actual}<!-- /table -->"
+
+        new = TABLE.sub(table, MARKER.sub(value, text))
         if new != text:
             path.write_text(new)
     return changed
@@ -138,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         print(f"{write()} figure(s) rewritten")
     problems = differences()
-    print("\n".join(problems) or f"{len(figures())} figures match their results files")
+    print("\n".join(problems) or f"{len(figures())} figures and {len(tables())} tables match their results files")
     return 1 if problems else 0
 
 

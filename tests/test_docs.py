@@ -203,6 +203,33 @@ def test_a_stale_figure_is_caught_and_rewritten(tmp_path: Path) -> None:
     assert "2 rows start with deep_mlp" in problem
 
 
+def test_a_stale_table_is_caught_and_rewritten(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    source = "results/fuzz-history.md#Every run"
+    actual = doc_figures.table_text(source)
+    stale = actual.replace("| 905 |", "| 906 |")
+    assert stale != actual
+    doc.write_text(f"Runs:\n\n<!-- table {source} -->\n{stale}<!-- /table -->\n\nmore text\n")
+    (problem,) = doc_figures.differences((doc,))
+    assert "differs from it" in problem
+    assert doc_figures.write((doc,)) == 1
+    assert (
+        doc_figures.differences((doc,)) == [] and actual in doc.read_text() and doc.read_text().endswith("more text\n")
+    )
+    doc.write_text("<!-- table results/fuzz-results.md#Differential fuzzing -->\n<!-- /table -->\n")  # many tables
+    (problem,) = doc_figures.differences((doc,))
+    assert "tables under a heading" in problem
+
+
+def test_the_fuzz_history_is_generated_from_the_fuzz_results() -> None:
+    """results/fuzz-history.md (design/04 quotes it) is rendered from results/fuzz-results.md."""
+    from predispatch_views.compare import fuzz_history
+
+    assert fuzz_history.TARGET.read_text() == fuzz_history.render(fuzz_history.SOURCE.read_text())
+    runs = fuzz_history.runs(fuzz_history.SOURCE.read_text())
+    assert len(runs) >= 10 and all(run.rows and run.engine != "?" for run in runs)
+
+
 def test_links_in_the_docs_reach_committed_files() -> None:
     """A link (or a figure's source) in README.md or design/*.md names a file a fresh clone has: results/ is mostly
     ignored, and a quoted file that was never committed fails only in CI's clone."""
@@ -214,6 +241,7 @@ def test_links_in_the_docs_reach_committed_files() -> None:
         targets = [m.group(1) for m in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) if "://" not in m.group(1)]
         paths = [(doc.parent / t).resolve() for t in targets]
         paths += [(ROOT / f.source.partition("#")[0]).resolve() for f in doc_figures.figures((doc,))]
+        paths += [(ROOT / source.partition("#")[0].strip()).resolve() for _, source in doc_figures.tables((doc,))]
         for path in paths:
             relative = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
             if not path.exists() or (committed is not None and path.is_file() and relative not in committed):
