@@ -2,7 +2,7 @@
 
 Usage (from the repository root)::
 
-    python scripts/segment_cost.py --inner aot_eager --writes 0,1,2,3 --rounds 7
+    python scripts/segment_cost.py --inner aot_eager --writes 0,1,2,3 --rounds 7 --output results/segment-cost.md
 
 The workload ``chain(x, k)`` computes ``y = x * 2``, then ``k`` times writes a slice of ``y`` in place (a write
 through a view, replayed in eager) and reads ``y`` in compiled code after it (``y = y.sin()``), and returns the
@@ -29,6 +29,7 @@ import torch
 
 import predispatch_views as pv
 from predispatch_views import outcomes
+from predispatch_views.compare.timing import benchmark_environment, provenance
 
 
 def make_chain(k: int) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -65,38 +66,57 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread, inner {args.inner}; fwd+bwd process CPU time per call (us), best of")
-    print(f"{args.rounds} interleaved rounds of {args.calls} calls; x is {args.size}x{args.size}")
+    command = "python scripts/segment_cost.py " + " ".join(sys.argv[1:])
     columns = ["writes", "segments", "eager", "stock", "prototype", "/ eager", "/ stock", "us / extra segment"]
-    print("| " + " | ".join(columns) + " |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [
+        "# What each segment costs per call",
+        "",
+        provenance(command),
+        "",
+        f"`chain(x, k)` (scripts/segment_cost.py) on x {args.size}x{args.size}, inner `{args.inner}`: forward+backward "
+        f"process CPU time per call in microseconds, one thread, best of {args.rounds} interleaved rounds of "
+        f"{args.calls} calls. The last column is what each extra segment adds to the prototype's time over stock's, "
+        "against the row without writes.",
+        "",
+        "## Segments",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     base: float | None = None
-    for k in (int(w) for w in args.writes.split(",")):
-        fn = make_chain(k)
-        x = torch.randn(args.size, args.size, requires_grad=True)
-        torch._dynamo.reset()
-        stock = torch.compile(fn, backend=args.inner)
-        outcomes.GRAPHS.clear()
-        proto = torch.compile(make_chain(k), backend=pv.backend(args.inner, strict=True))
-        strategies = {"eager": fn, "stock": stock, "prototype": proto}
-        for f in strategies.values():  # compile, warm up
-            step(f, x)
-            step(f, x)
-        detail = outcomes.GRAPHS[-1][2] if outcomes.GRAPHS else ""
-        segments = int(detail.rsplit("in ", 1)[1].split()[0]) if detail.endswith("segments") else 1
-        best = {name: float("inf") for name in strategies}
-        for _ in range(args.rounds):
-            for name, f in strategies.items():
-                best[name] = min(best[name], cpu_time_per_call(f, x, args.calls))
-        over_stock = best["prototype"] - best["stock"]
-        base = over_stock if k == 0 else base
-        per_segment = (over_stock - base) / (segments - 1) if base is not None and segments > 1 else 0.0
-        print(
-            f"| {k} | {segments} | {best['eager']:.0f} | {best['stock']:.0f} | {best['prototype']:.0f} | "
-            f"{best['prototype'] / best['eager']:.2f} | {best['prototype'] / best['stock']:.2f} | {per_segment:.0f} |"
-        )
+    with benchmark_environment():
+        for k in (int(w) for w in args.writes.split(",")):
+            fn = make_chain(k)
+            x = torch.randn(args.size, args.size, requires_grad=True)
+            torch._dynamo.reset()
+            stock = torch.compile(fn, backend=args.inner)
+            outcomes.GRAPHS.clear()
+            proto = torch.compile(make_chain(k), backend=pv.backend(args.inner, strict=True))
+            strategies = {"eager": fn, "stock": stock, "prototype": proto}
+            for f in strategies.values():  # compile, warm up
+                step(f, x)
+                step(f, x)
+            detail = outcomes.GRAPHS[-1][2] if outcomes.GRAPHS else ""
+            segments = int(detail.rsplit("in ", 1)[1].split()[0]) if detail.endswith("segments") else 1
+            best = {name: float("inf") for name in strategies}
+            for r in range(args.rounds):
+                for name in list(strategies)[r % 3 :] + list(strategies)[: r % 3]:
+                    best[name] = min(best[name], cpu_time_per_call(strategies[name], x, args.calls))
+            over_stock = best["prototype"] - best["stock"]
+            base = over_stock if k == 0 else base
+            per_segment = f"{(over_stock - base) / (segments - 1):.0f}" if base is not None and segments > 1 else "-"
+            lines.append(
+                f"| {k} | {segments} | {best['eager']:.0f} | {best['stock']:.0f} | {best['prototype']:.0f} | "
+                f"{best['prototype'] / best['eager']:.2f} | {best['prototype'] / best['stock']:.2f} | {per_segment} |"
+            )
+            print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.output is not None:
+        args.output.write_text(text)
+    else:
+        print(text)
 
 
 if __name__ == "__main__":

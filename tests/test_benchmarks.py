@@ -163,3 +163,35 @@ def test_compile_time_measures_each_contender_each_round() -> None:
     (row,) = rows
     assert set(row.seconds) == {"stock", "prototype", "prototype_capture"}
     assert all(len(times) == 2 and all(0 < t < 60 for t in times) for times in row.seconds.values())
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "results_file"),
+    [
+        ("seed_measurement.py", ["--sizes", "4", "--runs", "1", "--rounds", "4:2"], "seed-measurement.md"),
+        ("segment_cost.py", ["--writes", "0,1", "--rounds", "1", "--calls", "2", "--size", "8"], "segment-cost.md"),
+        ("core_parts_cost.py", ["--inner", "aot_eager", "--heads", "2", "--rounds", "1"], "core-parts-cost.md"),
+    ],
+)
+def test_the_scripts_the_design_quotes_write_their_results_file(
+    tmp_path: Path, script: str, arguments: list[str], results_file: str
+) -> None:
+    """design/01 and design/05 quote these scripts' results files whole (doc_figures table blocks): a tiny run writes
+    a file with the provenance line and the same tables, under the same headings, as the committed one."""
+    import subprocess
+    import sys
+
+    from predispatch_views import doc_figures
+
+    root = Path(__file__).resolve().parent.parent
+    output = tmp_path / results_file
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / script), *arguments, "--output", str(output)],
+        capture_output=True, text=True, timeout=600, cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    written, committed = output.read_text(), (root / "results" / results_file).read_text()
+    assert written.splitlines()[2].startswith("_Written by `python scripts/" + script)
+    shapes = [[(heading, header) for heading, header, _, _ in doc_figures._tables(t)] for t in (written, committed)]
+    assert shapes[0] == shapes[1]
+    assert all(rows for _, _, rows, _ in doc_figures._tables(written))

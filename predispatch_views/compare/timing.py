@@ -51,3 +51,21 @@ def cpu_seconds() -> float:
     microseconds rather than 10 ms clock ticks (a small workload compiles in 0.1 s)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def provenance(command: str) -> str:
+    """The line a generated results file opens with: what wrote it, on which engine and machine, and when."""
+    import datetime
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True, check=False
+    )
+    engine = done.stdout.strip() or "unknown"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"_Written by `{command}` (engine {engine}, torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
+        f"{load:.1f} at the start, {datetime.date.today().isoformat()}); generated, do not edit._"
+    )
