@@ -31,6 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from predispatch_views.compare.timing import provenance  # noqa: E402
+
 ENGINE = ROOT / "predispatch_views"
 
 # module -> the top-level functions (or "*" for the whole module, "Name.inner" for a nested function, a string
@@ -81,28 +83,30 @@ def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
     return found
 
 
-def code_size() -> None:
+def code_size() -> list[str]:
+    """The table of the engine's code v1 would not need."""
     total = sum(len(p.read_text().splitlines()) for p in sorted(ENGINE.glob("*.py")))
-    print("## Code v1 would not need (predispatch_views/, lines)\n")
+    lines = ["## Code v1 would not need", "", "| module | lines | definitions |", "|---|---:|---|"]
     not_needed = 0
     for module, names in V1_WOULD_NOT_NEED.items():
         source = (ENGINE / module).read_text()
         if names == ("*",):
             count = len(source.splitlines())
-            print(f"- {module}: all {count} lines")
+            lines.append(f"| {module} | {count} | all |")
         else:
             defined = _definitions(ast.parse(source))
             missing = [n for n in names if n not in defined]
             if missing:
                 raise SystemExit(f"{module}: not found: {', '.join(missing)}")
             count = sum(_lines(defined[n]) for n in names)
-            print(f"- {module}: {count} lines ({', '.join(names)})")
+            lines.append(f"| {module} | {count} | {', '.join(f'`{n}`' for n in names)} |")
         not_needed += count
     from predispatch_views.fallbacks import FallbackKind
 
     kinds = [k for k in V1_WOULD_NOT_NEED_KINDS if k in FallbackKind.__members__]
-    print(f"\nTotal: {not_needed} of {total} lines of predispatch_views/*.py ({100 * not_needed / total:.0f}%).")
-    print(f"Fallback kinds only a replayed mutation raises: {len(kinds)} of {len(FallbackKind)}.\n")
+    lines.append(f"| all | {not_needed} of {total} ({100 * not_needed / total:.0f}%) | predispatch_views/*.py |")
+    lines += ["", f"Fallback kinds only a replayed mutation raises: {len(kinds)} of {len(FallbackKind)}.", ""]
+    return lines
 
 
 # Statement kinds of compare/fuzz_program.py.
@@ -171,23 +175,46 @@ def replays_a_mutation(program: Any) -> bool:
     return False
 
 
-def fuzz_programs(seed: int, count: int, csv_path: Path | None) -> None:
+FUZZ_COLUMNS = (
+    "seed",
+    "programs",
+    "v1 falls back (flagged)",
+    "eager forward runs",
+    "stock matches",
+    "ceiling matches",
+    "backend matches",
+    "backend fallbacks",
+    "backend gap closed",
+    "flagged, forward runs",
+    "backend fell back on them",
+    "replayed and matched",
+    "of which stock matches",
+    "v1 matches",
+    "v1 fallbacks",
+    "v1 gap closed",
+    "v1 loses",
+)
+
+
+def fuzz_programs(seed: int, count: int, csv_path: Path | None) -> tuple[dict[str, str], list[str]]:
+    """One row of FUZZ_COLUMNS for ``seed`` (the columns after the third need ``csv_path``), and the programs v1
+    loses."""
     from predispatch_views.compare.fuzz_program import DIMENSIONS, generate
 
     dimensions = frozenset(DIMENSIONS)
     flagged = {i for i in range(count) if replays_a_mutation(generate(seed, i, dimensions))}
-    print(f"## Fuzz programs, seed {seed}, all dimensions\n")
-    print(f"Programs whose epilogue would hold a mutation (v1 falls back): {len(flagged)} of {count}.")
+    row = dict.fromkeys(FUZZ_COLUMNS, "-") | {"seed": str(seed), "programs": str(count)}
+    row["v1 falls back (flagged)"] = str(len(flagged))
     if csv_path is None:
-        return
+        return row, []
     rows: dict[tuple[int, str], dict[str, str]] = {}
     with csv_path.open() as f:
-        for row in csv.DictReader(f):
-            if match := re.match(rf"fuzz_s{seed}_(\d+)", row["program"]):
-                rows[(int(match.group(1)), row["strategy"])] = row
+        for record in csv.DictReader(f):
+            if match := re.fullmatch(rf"fuzz_s{seed}_(\d+)(_\w+)?", record["program"]):
+                rows[(int(match.group(1)), record["strategy"])] = record
 
-    def matches(row: dict[str, str]) -> bool:
-        return row["category"] == "match" or (row["category"] == "fallback" and row["outcome"] == "match")
+    def matches(record: dict[str, str]) -> bool:
+        return record["category"] == "match" or (record["category"] == "fallback" and record["outcome"] == "match")
 
     backend, stock, ceiling = "prototype[aot_eager]", "stock[aot_eager]", "dynamo_eager[eager]"
     ran = [
@@ -202,51 +229,66 @@ def fuzz_programs(seed: int, count: int, csv_path: Path | None) -> None:
     replayed = (flagged & set(ran)) - fell_back  # v1 hands these to stock: stock's result
     replayed_and_matched = replayed & present
     v1 = {i for i in ran if matches(rows[(i, stock if i in replayed else backend)])}
-    lost = present - v1
-    mutation_reasons = (
-        "mutated its base",
-        "an alias taken before",
-        "writes afterwards",
-        "replayed in eager",
-        "draws random numbers",
-        "may save it",
-        "which compiled autograd (on) rejects",
-    )
-    unflagged = sorted(
-        i for i in fell_back - flagged if any(r in rows[(i, backend)]["fallback"] for r in mutation_reasons)
-    )
+    v1_fallbacks = fell_back | (flagged & set(ran))
 
     def gap(matched: set[int]) -> str:
         closed = (len(matched) - len(stock_matches)) / max(1, len(ceiling_matches) - len(stock_matches))
         return f"{100 * closed:.0f}%"
 
-    print(f"\nOver the {len(ran)} programs whose eager forward runs ({csv_path.name}, default setting):")
-    print(f"- stock matches {len(stock_matches)}, the ceiling {len(ceiling_matches)};")
-    print(
-        f"- the backend: matches {len(present)}, falls back on {len(fell_back)} "
-        f"({100 * len(fell_back) / len(ran):.0f}%), gap closed {gap(present)};"
-    )
-    print(
-        f"- with a mutation in the epilogue: {len(flagged & set(ran))}; of those the backend fell back on "
-        f"{len(flagged & fell_back)}, replayed and matched {len(replayed_and_matched)}, stock matched "
-        f"{len(replayed_and_matched & stock_matches)} of these;"
-    )
-    v1_fallbacks = fell_back | (flagged & set(ran))
-    print(
-        f"- v1: falls back on {len(v1_fallbacks)} ({100 * len(v1_fallbacks) / len(ran):.0f}%), matches {len(v1)}, "
-        f"gap closed {gap(v1)}; programs it loses: {', '.join(f'{seed}_{i}' for i in sorted(lost)) or 'none'}."
-    )
-    print(f"- check: backend fallbacks for a mutation rule on programs not flagged here: {unflagged or 'none'}.")
+    def share(found: set[int]) -> str:
+        return f"{len(found)} ({100 * len(found) / max(1, len(ran)):.0f}%)"
+
+    row |= {
+        "eager forward runs": str(len(ran)),
+        "stock matches": str(len(stock_matches)),
+        "ceiling matches": str(len(ceiling_matches)),
+        "backend matches": str(len(present)),
+        "backend fallbacks": share(fell_back),
+        "backend gap closed": gap(present),
+        "flagged, forward runs": str(len(flagged & set(ran))),
+        "backend fell back on them": str(len(flagged & fell_back)),
+        "replayed and matched": str(len(replayed_and_matched)),
+        "of which stock matches": str(len(replayed_and_matched & stock_matches)),
+        "v1 matches": str(len(v1)),
+        "v1 fallbacks": share(v1_fallbacks),
+        "v1 gap closed": gap(v1),
+        "v1 loses": str(len(present - v1)),
+    }
+    return row, [f"s{seed}_{i}" for i in sorted(present - v1)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=901)
-    parser.add_argument("--programs", type=int, default=120)
-    parser.add_argument("--csv", type=Path, default=None, help="compare --fuzz's fuzz.csv for the same seed")
+    parser.add_argument("--seed", default="901", help="one seed, or several, comma separated")
+    parser.add_argument("--programs", type=int, default=120, help="programs per seed")
+    parser.add_argument("--csv", type=Path, default=None, help="compare --fuzz's fuzz.csv for the same seeds")
+    parser.add_argument("--output", type=Path, default=None, help="write the Markdown here (results/...)")
     args = parser.parse_args()
-    code_size()
-    fuzz_programs(args.seed, args.programs, args.csv)
+    command = "python scripts/soundness_coverage.py " + " ".join(
+        a if args.csv is None or a != str(args.csv) else args.csv.name for a in sys.argv[1:]
+    )
+    lines = ["# What a simpler v1 would save and lose", "", provenance(command), "", *code_size()]
+    lines += [
+        "## Fuzz programs",
+        "",
+        "Per seed (all dimensions, the default setting's outcomes from the fuzz.csv of `compare --fuzz`): "
+        "`v1 falls back (flagged)`: programs whose epilogue would hold a mutation, read off the statements (no "
+        "trace: an estimate); the rest count the programs whose eager forward runs. v1 gives stock's result "
+        "wherever the backend replayed a mutation.",
+        "",
+        "| " + " | ".join(FUZZ_COLUMNS) + " |",
+        "|" + "---:|" * len(FUZZ_COLUMNS),
+    ]
+    lost: list[str] = []
+    for seed in (int(x) for x in args.seed.split(",")):
+        row, lost_here = fuzz_programs(seed, args.programs, args.csv)
+        lines.append("| " + " | ".join(row[c] for c in FUZZ_COLUMNS) + " |")
+        lost += lost_here
+    lines += ["", f"Programs v1 loses (the backend matches eager, v1 would not): {', '.join(lost) or 'none'}.", ""]
+    text = "\n".join(lines)
+    if args.output is not None:
+        args.output.write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
