@@ -942,9 +942,9 @@ def writes_an_input_under_no_grad_from_a_value_it_returns_a_view_of(a: torch.Ten
 @pytest.mark.xfail(
     strict=True,
     reason="open defect, fuzzer s904_194 (on 75bbdc2 too): eager's graph of the outputs saves nothing (clone, expand, "
-    "add), so a second backward runs; compile_function's compiled core computes exp under autograd too and its "
-    "backward node saves tensors it frees after the first backward, so the second raises; stock's graph break "
-    "(an out= call that resizes) keeps exp out of the graph that holds the outputs (design/04, Known limits)",
+    "add), so a second backward runs; both outputs reach compile_function's one compiled core, whose "
+    "CompiledFunction.backward reads ctx.saved_tensors on every call and raises once the first backward freed them, "
+    "though it saved nothing; stock's one-graph form raises the same (design/04, Known limits)",
 )
 def test_a_second_backward_where_eager_saves_nothing_under_compile_function() -> None:
     def run(fn: Callable[..., Any]) -> Any:
@@ -956,6 +956,19 @@ def test_a_second_backward_where_eager_saves_nothing_under_compile_function() ->
     assert run(writes_an_input_under_no_grad_from_a_value_it_returns_a_view_of) == (("ok", None), ("ok", None))
     compiled = pv.compile_function(writes_an_input_under_no_grad_from_a_value_it_returns_a_view_of, inner="aot_eager")
     assert run(compiled) == (("ok", None), ("ok", None))
+
+
+def test_stock_refuses_the_same_second_backward_in_one_graph() -> None:
+    """s904_194's premise: AOTAutograd's compiled function refuses a second backward without retain_graph even where
+    it saved nothing, so stock's one-graph form of the program raises as compile_function does."""
+    torch._dynamo.reset()
+    c = torch.randn(2, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    program = torch.compile(writes_an_input_under_no_grad_from_a_value_it_returns_a_view_of, backend="aot_eager")
+    outs = program(torch.randn(1), c.clone())
+    assert [type(o.grad_fn).__name__ for o in outs] == ["CompiledFunctionBackward"] * 2
+    torch.autograd.backward(outs[:1], [torch.ones_like(outs[0])])
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        torch.autograd.backward(outs[1:], [torch.ones_like(outs[1])])
 
 
 def views_through_a_p0_dropout_then_a_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s905_79
