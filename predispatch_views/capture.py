@@ -143,10 +143,15 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
 
 
 def _frames_of_kept_forwards(gm: fx.GraphModule) -> set[tuple[str, int]]:
-    """(file, line) of every frame the forward graphs of the graph's ``autograd_function_apply`` nodes record."""
+    """(file, line) of every frame the forward graphs of the graph's ``autograd_function_apply`` nodes record, in
+    the graph and in the bodies of its higher-order ops (a Function called inside a checkpointed region is kept in
+    the region's body)."""
     frames: set[tuple[str, int]] = set()
-    for n in gm.graph.find_nodes(op="call_function", target=ti.AUTOGRAD_FUNCTION_APPLY):
-        forward = getattr(gm, str(n.args[0].target), None) if isinstance(n.args[0], fx.Node) else None
+    graphs = [m for m in gm.modules() if isinstance(m, fx.GraphModule)]
+    for owner, n in (
+        (g, n) for g in graphs for n in g.graph.find_nodes(op="call_function", target=ti.AUTOGRAD_FUNCTION_APPLY)
+    ):
+        forward = getattr(owner, str(n.args[0].target), None) if isinstance(n.args[0], fx.Node) else None
         for m in forward.graph.nodes if isinstance(forward, fx.GraphModule) else ():
             for line in (m.meta.get("stack_trace") or "").splitlines():
                 filename, found, rest = line.strip().removeprefix('File "').partition('", line ')

@@ -215,3 +215,71 @@ def test_a_checkpointed_region_stays_in_the_core(fn: Any, dynamic: bool) -> None
 
     compiled = torch.compile(fn, backend=predispatch_views.backend("aot_eager", strict=True), dynamic=dynamic)
     assert_matches_eager(fn, compiled, make_inputs)
+
+
+class _FunctionMLP(torch.nn.Module):
+    """Linear, the user's own activation (a custom Function with its own backward), Linear."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sin, cos = SetupContextStyle.apply(self.up(x), 1.5)
+        return self.down(ScaleWithOwnGrad.apply(sin * cos))
+
+
+class _CheckpointedModel(torch.nn.Module):
+    """Two residual blocks, each checkpointed (non-reentrant) around an MLP with a custom Function; q, k, v heads
+    from one projection (``chunk``), and the per-position rows of v (``unbind``): views the caller gets."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_FunctionMLP(width) for _ in range(2)])
+        self.qkv = torch.nn.Linear(width, 3 * width)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        for block in self.blocks:
+            x = x + torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return (q, k, *v.unbind(1))
+
+
+def _train(model: torch.nn.Module, run: Any, lengths: list[int]) -> tuple[list[Any], list[Any]]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    losses, structure = [], []
+    for step, length in enumerate(lengths):
+        x = torch.randn(2, length, 8, generator=torch.Generator().manual_seed(step))
+        outs = run(x)
+        structure.append([(o._is_view(), type(o.grad_fn).__name__) for o in outs])
+        loss = (outs[0] * outs[1]).sum() + sum(v.pow(2).sum() for v in outs[2:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return losses, structure
+
+
+def test_a_model_with_a_custom_function_and_checkpointed_layers_trains_under_the_flag_without_fallback() -> None:
+    """Issue 22: a tiny model whose MLP calls custom Functions, in checkpointed layers, trains under the flag
+    (plain torch.compile, inductor) through two sequence lengths with no fallback: eager's losses and parameters,
+    eager's views (chunk and unbind outputs, their grad_fn types)."""
+    torch._dynamo.reset()
+    eager_model = _CheckpointedModel()
+    compiled_model = _CheckpointedModel()
+    compiled_model.load_state_dict(eager_model.state_dict())
+    lengths = [4, 4, 6, 6]
+    expected, eager_structure = _train(eager_model, eager_model, lengths)
+    predispatch_views.GRAPHS.clear()
+    predispatch_views.FALLBACKS.clear()
+    with predispatch_views.enable():
+        compiled = torch.compile(compiled_model)
+        actual, structure = _train(compiled_model, compiled, lengths)
+    assert list(predispatch_views.FALLBACKS) == []
+    replayed = [detail for _, outcome, detail in predispatch_views.GRAPHS if outcome == "replayed"]
+    assert replayed and all("chunk" in d and "unbind" in d for d in replayed), list(predispatch_views.GRAPHS)
+    assert structure == eager_structure
+    assert [len(s) for s in structure] == [2 + n for n in lengths] and all(view for s in structure for view, _ in s)
+    torch.testing.assert_close(torch.stack(actual), torch.stack(expected), rtol=1e-4, atol=1e-4)
+    for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
