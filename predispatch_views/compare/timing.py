@@ -60,10 +60,14 @@ def provenance(command: str) -> str:
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run(
-        ["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True, check=False
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False).stdout.strip()
+
+    # Dirty only where the package itself differs from the commit (a results file written earlier does not count).
+    engine = (git("rev-parse", "--short", "HEAD") or "unknown") + (
+        "-dirty" if git("status", "--porcelain", "--", "predispatch_views") else ""
     )
-    engine = done.stdout.strip() or "unknown"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"_Written by `{command}` (engine {engine}, torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
