@@ -28,7 +28,7 @@ import torch.utils.benchmark as benchmark
 
 import predispatch_views as pv
 from predispatch_views import slicing
-from predispatch_views.compare.timing import benchmark_environment, fresh_copy, provenance
+from predispatch_views.compare.timing import benchmark_environment, fresh_copy, provenance, write_results
 
 
 def heads(x: torch.Tensor, *ws: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -103,11 +103,7 @@ def main() -> None:
                     f"{best['parts'] / best['whole']:.2f} | {best['parts'] / best['stock']:.2f} |"
                 )
                 print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.output is not None:
-        args.output.write_text(text)
-    else:
-        print(text)
+    write_results(lines, args.output)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import torch
 from torch.utils import benchmark
 
 from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
-from predispatch_views.compare.timing import benchmark_environment, fresh_copy, median_and_range
+from predispatch_views.compare.timing import benchmark_environment, fresh_copy, median_and_range, write_results
 from predispatch_views.compare.workloads import Workload, deep_mlp, kjt, qkv, seed, single_view
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
@@ -80,10 +80,7 @@ def main() -> int:
                 cells += [median_and_range(rs, bold=True) for rs in ratios]
                 lines.append("| " + " | ".join(cells) + " |")
                 print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output is not None:
-        args.output.write_text(text)
+    write_results(lines, args.output)
     return 0
 
 

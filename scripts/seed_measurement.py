@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from predispatch_views.compare.strategies import Strategy, eager, legacy_as_strided, prototype, stock, stock_no_fix
-from predispatch_views.compare.timing import benchmark_environment, cpu_seconds, fresh_copy, provenance
+from predispatch_views.compare.timing import benchmark_environment, cpu_seconds, fresh_copy, provenance, write_results
 
 
 def seed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -143,11 +143,7 @@ def main() -> int:
                     f"{statistics.median(c['first'] for c in cells):.2f} | {cells[0]['views']}/{n} | {nodes} |"
                 )
                 print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.output is not None:
-        args.output.write_text(text)
-    else:
-        print(text)
+    write_results(lines, args.output)
     return 0
 
 

@@ -24,7 +24,7 @@ import torch
 from torch.utils import benchmark
 
 from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
-from predispatch_views.compare.timing import median_and_range, provenance
+from predispatch_views.compare.timing import median_and_range, provenance, write_results
 
 
 def seed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -112,10 +112,7 @@ def main() -> int:
         cells += [median_and_range([r["prototype"] / (r["floor"] + r["core inner"] - r["core floor"]) for r in runs])]
         lines.append("| " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output is not None:
-        args.output.write_text(text)
+    write_results(lines, args.output)
     return 0
 
 

@@ -29,7 +29,7 @@ import torch
 
 import predispatch_views as pv
 from predispatch_views import outcomes
-from predispatch_views.compare.timing import benchmark_environment, provenance
+from predispatch_views.compare.timing import benchmark_environment, provenance, write_results
 
 
 def make_chain(k: int) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -112,11 +112,7 @@ def main() -> None:
                 f"{best['prototype'] / best['eager']:.2f} | {best['prototype'] / best['stock']:.2f} | {per_segment} |"
             )
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.output is not None:
-        args.output.write_text(text)
-    else:
-        print(text)
+    write_results(lines, args.output)
 
 
 if __name__ == "__main__":

@@ -73,3 +73,12 @@ def provenance(command: str) -> str:
         f"_Written by `{command}` (engine {engine}, torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
         f"{load:.1f} at the start, {datetime.date.today().isoformat()}); generated, do not edit._"
     )
+
+
+def write_results(lines: Sequence[str], output: Any) -> None:
+    """A script's results file: the Markdown ``lines`` written to ``output`` (a Path), or printed without one."""
+    text = "\n".join(lines) + "\n"
+    if output is not None:
+        output.write_text(text)
+    else:
+        print(text)
