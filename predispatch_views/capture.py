@@ -286,7 +286,8 @@ def record_custom_function(
 
     def node_meta(out: Any) -> dict[str, Any]:
         aliases, dirty = aliases_and_dirty(out)
-        return {graph_ops.RUN_EAGERLY: what} if aliases and not dirty and may_run_eagerly else {}
+        eagerly = {graph_ops.RUN_EAGERLY: what} if aliases and not dirty and may_run_eagerly else {}
+        return {graph_ops.OPAQUE_CALL: what, **eagerly}
 
     out = ti.record_opaque_call(target, args, kwargs, node_meta)
     aliases, dirty = aliases_and_dirty(out)

@@ -328,6 +328,18 @@ def is_sym(node: fx.Node) -> bool:
 RUN_EAGERLY = "predispatch_views_run_eagerly"
 
 
+# Node meta of every call capture.record_custom_function recorded as one opaque node (a custom autograd.Function,
+# a checkpointed region): what it is. Dynamo's own graphs call such a body through its higher-order op instead.
+OPAQUE_CALL = "predispatch_views_opaque_call"
+
+
+def is_opaque_call(node: fx.Node) -> bool:
+    """A custom Function or a checkpointed region, recorded as one node whose body the rules do not read."""
+    if node.op != "call_function":
+        return False
+    return OPAQUE_CALL in node.meta or node.target in (ti.AUTOGRAD_FUNCTION_APPLY, ti.ACTIVATION_CHECKPOINT)
+
+
 def runs_eagerly(node: Any) -> str | None:
     """What a recorded call that must run in eager is, or None."""
     return node.meta.get(RUN_EAGERLY) if isinstance(node, fx.Node) and node.op == "call_function" else None

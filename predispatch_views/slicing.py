@@ -25,10 +25,13 @@ eager's ops do. What must stay in one part, so that running the parts one after 
 - everything connected through an intermediate value (a use, a view, an in-place write all are edges);
 - every reader of a graph input that some node writes, with the inputs aliasing it (a write of an input must
   not move across a read of it or of an alias; AOTAutograd applies input writes when its function returns);
-- every op that draws random numbers or has another side effect, so their order is kept.
+- every op that draws random numbers or has another side effect, so their order is kept; a custom Function or a
+  checkpointed region (Note [Custom autograd.Functions in the core] in capture.py) counts as one, since the
+  partition does not read its body (fuzzer s1002_838: a Function kept the whole core one compiled function, whose
+  backward refuses a second call, where eager's two independent outputs take one backward each).
 Grad mode changes are copied into every part, so each op runs under the grad mode it had; a core ends in the
 grad mode it began in (Dynamo's and make_fx's graphs do), so each part does, and one that does not stays whole.
-A core with any other kind of node (a higher-order op, autocast, a symbolic size input) stays whole too.
+A core with any other kind of node (another higher-order op, autocast, a symbolic size input) stays whole too.
 What stays as in stock: outputs that share an intermediate share one backward, and so its zero gradients.
 Each part is one more compiled function to call (AOTAutograd's runtime wrappers, one autograd node): about
 0.15-0.25 ms per part per forward+backward on CPU (scripts/core_parts_cost.py, design/05). So the pipeline
@@ -213,6 +216,8 @@ def _kind(n: fx.Node) -> str:
         return "op"
     if graph_ops.is_grad_mode_change(n):
         return "grad_mode"
+    if graph_ops.is_opaque_call(n):
+        return "ordered"  # Note [Independent parts of the core]: a body the partition does not read keeps its order
     if not graph_ops.is_aten_call(n):
         return "unknown"
     return "ordered" if graph_ops.has_ordered_effect(n) else "op"

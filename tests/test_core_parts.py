@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import predispatch_views as pv
 from predispatch_views.capture import capture_function
-from predispatch_views.compare.fuzz_program import generate
+from predispatch_views.compare.fuzz_program import ScaledClone, generate
 from predispatch_views.pipeline import compile_captured
 from tests.parity_utils import assert_same, flat_tensors, outcome
 
@@ -44,6 +44,10 @@ def unrelated_input_write(c: torch.Tensor, e: torch.Tensor) -> Any:  # design/04
     return e.mul(2).unbind(0)
 
 
+def clone_beside_a_custom_function(a: torch.Tensor, c: torch.Tensor) -> Any:  # fuzzer s1002_838, shrunk
+    return a.clone(), ScaledClone.apply(c.mul(-0.5))[:, :, 1:2]
+
+
 def _leaf(*shape: int) -> torch.Tensor:
     return torch.arange(float(torch.Size(shape).numel())).reshape(shape).div(7).requires_grad_(True)
 
@@ -59,6 +63,12 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], tuple[list[torch.Tens
         lambda: ([(b := _leaf(1, 3)).mul(1), (d := _leaf(4)).mul(1)], [b, d]),
     ),
     "two_bases": (two_bases, lambda: ([x := _leaf(2, 3), w := _leaf(3, 4)], [x, w])),
+    # A custom Function is an opaque node of the core: it keeps its order, and the part it is in (Note [Independent
+    # parts of the core]); before, it kept the whole core one compiled function.
+    "clone_beside_a_custom_function": (
+        clone_beside_a_custom_function,
+        lambda: ([a := _leaf(3, 3), (c := _leaf(4, 1, 2)).mul(1)], [a, c]),
+    ),
     "unrelated_input_write": (
         unrelated_input_write,
         lambda: ([(c := _leaf(3)).mul(1), (e := _leaf(2, 3)).mul(1)], [c, e]),
