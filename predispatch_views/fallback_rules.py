@@ -143,20 +143,21 @@ def replay_order(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable
                     f"{n.name} reads {i.name}, an alias taken before {before[-1].name} mutated its base",
                     cut_after=before[-1],
                 )
-    # The converse: an E write that copies values (``t0.copy_(a)``) must not read them after a later core write
-    # of their base has run (fuzzer s43_876: ``t0.copy_(a); a.mul_(2)`` returned twice a).
+    # The converse: an E write must not run after a later core write of the base it copies values from
+    # (``t0.copy_(a); a.mul_(2)`` returned twice a: fuzzer s43_876), nor of the base it writes (``a.mul_(2)``
+    # replayed, then the core's ``a.detach().bernoulli_()``: the core wrote its own out-of-place copy of ``a`` and
+    # the replayed ``mul_`` doubled the old values, a silent wrong value; fuzzer s1003_586).
     core_writes = [m for m in nodes if m not in epilogue and graph_ops.is_data_mutation(m)]
     for n in nodes:
         if n not in epilogue or not graph_ops.is_data_mutation(n):
             continue
         for i in n.all_input_nodes:
-            if i is graph_ops.mutated_input(n):
-                continue
             later = [m for m in core_writes if root.get(m) is root.get(i, i) and order[m] > order[n]]
             if later:
+                what = "writes" if i is graph_ops.mutated_input(n) else "reads"
                 return Fallback(
                     FallbackKind.REPLAYED_COPY_BEFORE_CORE_WRITE,
-                    f"{n.name} reads {i.name}, whose base {later[0].name} of the compiled region writes afterwards",
+                    f"{n.name} {what} {i.name}, whose base {later[0].name} of the compiled region writes afterwards",
                     cut_after=n,
                 )
     return None

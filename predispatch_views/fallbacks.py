@@ -56,11 +56,11 @@ class FallbackKind(enum.Enum):
     )
 
     REPLAYED_COPY_BEFORE_CORE_WRITE = FallbackReason(
-        "a write replayed in eager that copies values whose base the compiled code writes afterwards, where the"
-        " program cannot be cut in two after the mutation (Note [Segments])",
-        "`<node> reads <value>, whose base <mutation> of the compiled region writes afterwards`",
-        "the epilogue runs after the whole core, so it would copy the values the core's later write left "
-        "(fuzzer s43_876: `t0.copy_(a); a.mul_(2)` returned twice `a`).",
+        "a write replayed in eager that writes, or copies values from, a base the compiled code writes afterwards, "
+        "where the program cannot be cut in two after the mutation (Note [Segments])",
+        "`<node> reads <value>` (or `writes`) `, whose base <mutation> of the compiled region writes afterwards`",
+        "the epilogue runs after the whole core: it would copy what the core's later write left (s43_876: `t0.copy_(a);"
+        " a.mul_(2)` returned twice `a`), or write over it (s1003_586: a silent wrong value).",
         "fallback_rules.py",
         "of the compiled region writes afterwards",
     )

@@ -971,6 +971,38 @@ def test_stock_refuses_the_same_second_backward_in_one_graph() -> None:
         torch.autograd.backward(outs[1:], [torch.ones_like(outs[1])])
 
 
+def writes_an_input_twice_then_a_random_write_through_a_detached_alias(a: torch.Tensor) -> Any:  # s1003_586
+    a.mul_(2.0)
+    a.mul_(2.0)
+    a.detach().bernoulli_(0.5)
+    return (a,)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_core_write_after_a_replayed_write_of_the_same_base_keeps_eagers_order(entry: str) -> None:
+    """A silent wrong value under compile_function: the second ``mul_`` was replayed in eager (the output is the
+    input itself) and the core computed it out of place for ``detach``, so ``bernoulli_`` wrote the core's copy and
+    the replayed ``mul_`` doubled the old values. The program is now cut after the replayed write (rule
+    REPLAYED_COPY_BEFORE_CORE_WRITE), so the random write lands on the input, after it, as in eager."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        torch._dynamo.reset()
+        a = torch.randn(3, generator=torch.Generator().manual_seed(0))
+        torch.manual_seed(0)
+        out = fn(a)[0]
+        return out is a, a.clone(), torch.rand(2)
+
+    program = writes_an_input_twice_then_a_random_write_through_a_detached_alias
+    expected = run(program)
+    if entry == "backend":
+        compiled = torch.compile(program, backend=pv.backend("aot_eager"))
+    else:
+        compiled = pv.compile_function(program, inner="aot_eager")
+    actual = run(compiled)
+    assert actual[0] is expected[0] is True
+    torch.testing.assert_close(actual[1], expected[1])
+
+
 def views_through_a_p0_dropout_then_a_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s905_79
     _, t2 = b.chunk(2, 0)
     t4 = t2.expand(2, 2, 3, 3)
