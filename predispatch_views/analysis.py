@@ -49,7 +49,6 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from . import _torch_internals as ti
 from . import fallback_rules as rules
 from . import graph_break_rules, graph_ops, output_rules
 from .fallbacks import Fallback
@@ -146,6 +145,7 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
         lambda: graph_break_rules.multi_output_view_at_graph_break(meta, epilogue),
         lambda: graph_break_rules.dropout_layout_at_graph_break(meta, epilogue),
         lambda: rules.view_fn_write_under_compiled_autograd(meta, epilogue),
+        lambda: rules.multi_output_views_of_a_kept_eval_dropout(meta, epilogue),
     ):
         if (fallback := rule()) is not None:
             return fallback
@@ -175,7 +175,7 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
     epilogue: set[fx.Node] = set()
 
     def replayable(n: fx.Node) -> bool:
-        if graph_ops.is_dropout(n) and _core_may_save_the_input_of(meta, n):
+        if graph_ops.is_dropout(n) and rules.eval_dropout_kept_in_core(meta, n):
             return False  # Note [An eval dropout of an input the core reads]
         if is_any_view(n) or n in meta.sym_from_inputs:
             return True
@@ -225,22 +225,6 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
 # decomposition of eval dropout returns ``input.clone()``, so stock runs. There the dropout stays in the core and
 # returns a fresh tensor, stock's answer; on a torch whose decomposition returns the input, stock returns the input
 # too and the epilogue replays it.
-
-
-def _core_may_save_the_input_of(meta: GraphMeta, dropout: fx.Node) -> bool:
-    """The dropout returns (an alias of) a graph input that compiled code also computes from, with grad."""
-    if ti.eval_dropout_is_traced_as_its_input() or not graph_ops.returns_its_input(dropout):
-        return False
-    root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
-    if root is None or root.op != "placeholder":
-        return False
-    return any(  # a reader that requires grad: what may be saved for a backward (not a no_grad read)
-        n in meta.requires_grad
-        and not is_any_view(n)
-        and n is not meta.output
-        and any(meta.root.get(i) is root for i in n.all_input_nodes)
-        for n in meta.nodes
-    )
 
 
 def _tainted(

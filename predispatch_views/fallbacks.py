@@ -144,6 +144,14 @@ class FallbackKind(enum.Enum):
         "which returns its input in eager where Dynamo's fake allocates",
     )
 
+    MULTI_OUTPUT_VIEW_OF_A_KEPT_DROPOUT = FallbackReason(
+        "torch 2.13: a replayed multi-output view of an eval dropout of an input that stays in the compiled code",
+        "`<view> is a multi-output view of <dropout>, an eval dropout of an input kept in the compiled region, ...`",
+        "it returns stock's fresh tensor: a write to it (eager refuses one on a leaf) breaks the views (s1003_784).",
+        "fallback_rules.py",
+        "an eval dropout of an input kept in the compiled",
+    )
+
     NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK = FallbackReason(
         "a call of a graph Dynamo resumed after a graph break that returns a view taken under no_grad of an input "
         "sharing storage with a view stock returned for a graph that fell back",
@@ -161,10 +169,8 @@ class FallbackKind(enum.Enum):
         "covering all of it",
         "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views it` (or `and "
         "returns it, which eager returns as no view`) `: AOTAutograd would return it as an alias of its own base`",
-        "AOTAutograd regenerates such a value as a view of the functional result: a view where eager returns none "
-        "(fuzzer s53_155, `t0.unsqueeze(0).normal_(); return t0`), and for a base the epilogue views, one made "
-        "inside its autograd.Function (CreationMeta IN_CUSTOM_FUNCTION), so eager's in-place writes to the "
-        "replayed views would be refused (found by the fuzzer).",
+        "AOTAutograd regenerates it as a view of the functional result: a view where eager returns none (s53_155), "
+        "or a base made inside its autograd.Function, whose replayed views refuse eager's in-place writes.",
         "output_rules.py",
         "AOTAutograd would return it as an alias of its own base",
     )
@@ -184,10 +190,8 @@ class FallbackKind(enum.Enum):
         "autograd on",
         "`<mutation> writes through <view> (<op>), whose eager autograd node replays views through a view_fn, "
         "which compiled autograd (on) rejects`",
-        "eager's `CopySlices` for such a view replays the view chain through a view_fn, which torch 2.13's "
-        "compiled autograd rejects; stock's graph has no such node (test_autograd.py's "
-        'test_autograd_inplace_views_cross_dtype run dynamo-wrapped). Dynamo with `backend="eager"` fails the '
-        "same way.",
+        "eager's `CopySlices` replays such a view chain through a view_fn, which 2.13's compiled autograd rejects "
+        '(test_autograd_inplace_views_cross_dtype, dynamo-wrapped); Dynamo with `backend="eager"` fails the same.',
         "fallback_rules.py",
         "which compiled autograd (on) rejects",
     )
@@ -318,10 +322,8 @@ class FallbackKind(enum.Enum):
         "it is refused (it runs in eager between two compiled segments otherwise, as at Dynamo's graph break)",
         "`an input's own metadata mutation (<op> of <input>): Dynamo breaks the graph there, and AOTAutograd would "
         "apply it after the compiled region in one step (or not at all), not with eager's version bumps`",
-        "the version counter the input shares with its aliases then differs from eager's: an alias's grad_fn not "
-        "regenerated (`b.transpose_(0, 2)` of a (1, 1, 1) input leaves the metadata as it was; fuzzer s41_188), a "
-        "tensor AOTAutograd saved from an aliased input gone stale (s53_604), a zero gradient eager's graph never "
-        "gives (s52_634). Under Dynamo the call is a graph break and runs eagerly.",
+        "the version counter it shares with its aliases then differs from eager's: a grad_fn not regenerated "
+        "(s41_188), a stale saved tensor (s53_604), a zero gradient (s52_634). Under Dynamo it is a graph break.",
         "fallback_rules.py",
         "an input's own metadata mutation",
     )
@@ -347,9 +349,8 @@ class FallbackKind(enum.Enum):
         "it: that call runs the graph uncompiled",
         "`input <k> is a view autograd forbids rebasing, and the graph writes an alias of it: the graph runs "
         "uncompiled for such calls`",
-        "AOTAutograd's autograd.Function reads every input's grad_fn around a forward that holds the write, so it "
-        "raises eager's lazy view+inplace error where eager does not (stock too, given the prototype's faithful "
-        "views after a graph break); Note [A restricted view aliased by a write] in runtime.py.",
+        "AOTAutograd's autograd.Function reads every input's grad_fn around the write, raising eager's lazy "
+        "view+inplace error where eager does not; Note [A restricted view aliased by a write] in runtime.py.",
         "pipeline.py",
         "runs uncompiled for such calls",
     )
@@ -367,10 +368,9 @@ class FallbackKind(enum.Enum):
         "compile: it runs uncompiled",
         "`the inner backend raised <error> on inputs that share storage (the views an earlier graph returned): the "
         "graph runs uncompiled`",
-        "stock's first graph returns fresh tensors where the prototype returns eager's views, so only the prototype "
-        "hands the next graph aliased inputs; AOTAutograd's synthetic-base path raises on some of them (torch 2.13, "
-        'dynamic shapes; fuzzer s62_92). Uncompiled is Dynamo with `backend="eager"`; Note [Aliased inputs the '
-        "inner backend rejects] in inner_backend.py.",
+        "only the prototype hands the next graph eager's aliased views; AOTAutograd's synthetic-base path raises on "
+        'some (2.13, dynamic shapes; s62_92). Uncompiled is Dynamo with `backend="eager"`; Note [Aliased inputs '
+        "the inner backend rejects].",
         "inner_backend.py",
         "on inputs that share storage",
     )

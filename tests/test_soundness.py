@@ -1003,6 +1003,37 @@ def test_a_core_write_after_a_replayed_write_of_the_same_base_keeps_eagers_order
     torch.testing.assert_close(actual[1], expected[1])
 
 
+def splits_an_eval_dropout_of_an_input_the_core_reads(a: torch.Tensor) -> Any:  # fuzzer s1003_784
+    a @ a.t()
+    t1 = F.dropout(a, 0.5, False)
+    _, t5 = t1.chunk(2, 1)
+    return t1, t5
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_multi_output_view_of_a_kept_eval_dropout_does_not_crash_where_stock_runs(entry: str) -> None:
+    """On torch 2.13 the eval dropout stays in the core (Note [An eval dropout of an input the core reads]) and
+    returns stock's fresh tensor, which the caller may write where eager's (the leaf input) refuses it; eager's split
+    of it then raised on its grad_fn where stock runs. Such a graph now falls back (compile_function: runs eagerly)."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        torch._dynamo.reset()
+        outs = fn(torch.randn(2, 2, generator=torch.Generator().manual_seed(0), requires_grad=True))
+        wrote = outcome(lambda: outs[0].mul_(2))[0]
+        return wrote, outcome(lambda: type(outs[1].grad_fn).__name__)
+
+    program = splits_an_eval_dropout_of_an_input_the_core_reads
+    expected = run(program)
+    if entry == "backend":
+        compiled = torch.compile(program, backend=pv.backend("aot_eager"))
+    else:
+        compiled = pv.compile_function(program, inner="aot_eager")
+    actual = run(compiled)
+    assert actual[1][0] == "ok", actual
+    if _torch_internals.eval_dropout_is_traced_as_its_input() or entry == "compile_function":
+        assert actual == expected
+
+
 def views_through_a_p0_dropout_then_a_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s905_79
     _, t2 = b.chunk(2, 0)
     t4 = t2.expand(2, 2, 3, 3)
