@@ -971,6 +971,13 @@ def test_stock_refuses_the_same_second_backward_in_one_graph() -> None:
         torch.autograd.backward(outs[1:], [torch.ones_like(outs[1])])
 
 
+def _compiled_by(entry: str, program: Callable[..., Any]) -> Callable[..., Any]:
+    """The program under the backend (Dynamo, aot_eager inner) or under compile_function."""
+    if entry == "backend":
+        return torch.compile(program, backend=pv.backend("aot_eager"))
+    return pv.compile_function(program, inner="aot_eager")
+
+
 def writes_an_input_twice_then_a_random_write_through_a_detached_alias(a: torch.Tensor) -> Any:  # s1003_586
     a.mul_(2.0)
     a.mul_(2.0)
@@ -994,11 +1001,7 @@ def test_a_core_write_after_a_replayed_write_of_the_same_base_keeps_eagers_order
 
     program = writes_an_input_twice_then_a_random_write_through_a_detached_alias
     expected = run(program)
-    if entry == "backend":
-        compiled = torch.compile(program, backend=pv.backend("aot_eager"))
-    else:
-        compiled = pv.compile_function(program, inner="aot_eager")
-    actual = run(compiled)
+    actual = run(_compiled_by(entry, program))
     assert actual[0] is expected[0] is True
     torch.testing.assert_close(actual[1], expected[1])
 
@@ -1024,11 +1027,7 @@ def test_a_multi_output_view_of_a_kept_eval_dropout_does_not_crash_where_stock_r
 
     program = splits_an_eval_dropout_of_an_input_the_core_reads
     expected = run(program)
-    if entry == "backend":
-        compiled = torch.compile(program, backend=pv.backend("aot_eager"))
-    else:
-        compiled = pv.compile_function(program, inner="aot_eager")
-    actual = run(compiled)
+    actual = run(_compiled_by(entry, program))
     assert actual[1][0] == "ok", actual
     if _torch_internals.eval_dropout_is_traced_as_its_input() or entry == "compile_function":
         assert actual == expected
