@@ -323,6 +323,10 @@ def may_return_views_of(gm: fx.GraphModule) -> bool:
     """
     if any("dropout" in _target_name(n) for n in gm.graph.nodes):
         return True  # fake dropout always allocates; eager's returns its input when p == 0 or not training
+    if any(_is_metadata_mutation_call(n) for n in gm.graph.nodes):
+        # AOTAutograd returns a value whose metadata was mutated (``t0.t_()``) as a view of its base, where the
+        # example value (eager's) is none: the next graph would replay views of stock's view (fuzzer s1004_39).
+        return True
     seen: set[ti.StorageWeakRef] = set()
     for p in gm.graph.find_nodes(op="placeholder"):
         value = p.meta.get("example_value")
@@ -340,6 +344,16 @@ def may_return_views_of(gm: fx.GraphModule) -> bool:
                 return True
             seen.add(storage)
     return False
+
+
+def _is_metadata_mutation_call(n: fx.Node) -> bool:
+    """``t_``, ``transpose_``, ``unsqueeze_``... in Dynamo's graph (torch tags their ATen ops ``inplace_view``)."""
+    name = _target_name(n)
+    if n.op not in ("call_method", "call_function") or not name.endswith("_") or name.endswith("__"):
+        return False
+    if name in ("resize_", "resize_as_"):  # a storage change: stock's answer either way (STORAGE_CHANGE)
+        return False
+    return ti.is_inplace_view_op_name(name)
 
 
 def _target_name(n: fx.Node) -> str:

@@ -1033,6 +1033,34 @@ def test_a_multi_output_view_of_a_kept_eval_dropout_does_not_crash_where_stock_r
         assert actual == expected
 
 
+def views_of_a_transposed_intermediate_after_a_graph_break(a: torch.Tensor) -> Any:  # fuzzer s1004_39
+    t0 = a @ a.t()
+    t0.t_()
+    u2 = torch.empty(0)
+    with torch.no_grad():
+        torch.exp(t0, out=u2)  # a graph break: out= resizes its output
+    t1, t2 = t0.chunk(2, 0)
+    with torch.no_grad():
+        t3 = t1.unsqueeze(0)
+    return t2, t3
+
+
+def test_a_graph_whose_metadata_mutation_reaches_an_output_is_not_handed_to_the_inner_backend_as_is() -> None:
+    """Dynamo's example value of ``t0`` after ``t_()`` is no view, so the graph before the break went to the inner
+    backend untouched, and AOTAutograd returned ``t0`` as a view of its base: the graph after the break replayed
+    eager's no_grad view of stock's view, which then did not require grad, and a write to it went through where
+    eager refuses it (a crash where stock runs when the split output's grad_fn was read)."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        torch._dynamo.reset()
+        outs = fn(torch.randn(3, 1, generator=torch.Generator().manual_seed(0), requires_grad=True))
+        written = outcome(lambda: outs[1].mul_(2))
+        return outs[1].requires_grad, written[0], outcome(lambda: type(outs[0].grad_fn).__name__)
+
+    program = views_of_a_transposed_intermediate_after_a_graph_break
+    assert run(torch.compile(program, backend=pv.backend("aot_eager"))) == run(program)
+
+
 def views_through_a_p0_dropout_then_a_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s905_79
     _, t2 = b.chunk(2, 0)
     t4 = t2.expand(2, 2, 3, 3)

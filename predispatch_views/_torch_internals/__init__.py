@@ -152,6 +152,15 @@ def record_opaque_call(
     return track_tensor_tree(out, proxy, constant=None, tracer=tracer)
 
 
+def is_inplace_view_op_name(name: str) -> bool:
+    """Whether ``torch.ops.aten.<name>`` is an in-place metadata change (``t_``, ``transpose_``...): its overloads
+    carry torch's ``inplace_view`` tag."""
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(torch.Tag.inplace_view in getattr(packet, overload).tags for overload in packet.overloads())
+
+
 def torch_function_disabled() -> contextlib.AbstractContextManager[None]:
     """No torch-function mode sees the calls made inside (as ``record_opaque_call`` runs its target)."""
     return torch._C.DisableTorchFunction()
