@@ -2,7 +2,7 @@
 
 Usage (from the repository root)::
 
-    python scripts/upstream_lines.py
+    python scripts/upstream_lines.py --output results/upstream-lines.md
 
 Lost: the installed torch's AOTAutograd code that view replay makes unnecessary once it is the default
 (design/06 § What can be deleted): the whole functions and classes named there, and, as an indicator of the rest,
@@ -14,6 +14,7 @@ rules that upstream would express over AOTAutograd's own metadata, and its own p
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import inspect
@@ -26,6 +27,8 @@ import torch._dynamo  # imported first: runtime_wrappers imports from it in the 
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from predispatch_views.compare.timing import provenance, write_results  # noqa: E402
 
 # Whole definitions that go (design/06 § What can be deleted).
 DELETED = [
@@ -70,29 +73,48 @@ def code_lines(source: str) -> int:
     )
 
 
-def main() -> int:
-    print(f"torch {torch.__version__}\n\nLost (upstream code view replay makes unnecessary):")
+def tables() -> list[str]:
+    """The counts as Markdown tables (design/06 quotes them through doc_figures)."""
+    lines = [
+        "## Lost",
+        "",
+        "The installed torch's AOTAutograd code that view replay makes unnecessary (design/06 § What can be deleted).",
+        "",
+        "| what | code lines |",
+        "|---|---:|",
+    ]
     lost = 0
     for module, name in DELETED:
         n = code_lines(textwrap.dedent(inspect.getsource(getattr(importlib.import_module(module), name))))
         lost += n
-        print(f"- {module.rsplit('.', 1)[1]}.{name}: {n} code lines")
+        lines.append(f"| {module.rsplit('.', 1)[1]}.{name} | {n} |")
     package = Path(torch.__file__).parent / "_functorch" / "_aot_autograd"
     total = mentions = 0
     for path in sorted(package.glob("*.py")):
         text = path.read_text()
         total += code_lines(text)
         mentions += sum(1 for line in text.splitlines() if any(c in line for c in CONCEPTS))
-    print(f"- whole definitions above: {lost} code lines")
-    print(f"- lines of _aot_autograd/*.py mentioning {', '.join(CONCEPTS)}: {mentions} (of {total} code lines)")
-    print("\nGained (the prototype's engine, by upstream stage):")
+    lines.append(f"| whole definitions above | {lost} |")
+    lines.append(f"| lines of _aot_autograd/*.py mentioning {', '.join(CONCEPTS)} | {mentions} |")
+    lines.append(f"| code lines of _aot_autograd/*.py | {total} |")
+    lines += ["", "## Gained", "", "The prototype's engine, by upstream stage.", ""]
+    lines += ["| stage | code lines | modules |", "|---|---:|---|"]
     gained = 0
     for stage, modules in STAGES.items():
         n = sum(code_lines((ROOT / "predispatch_views" / m).read_text()) for m in modules)
         if "diagnostic" not in stage:
             gained += n
-        print(f"- {stage}: {n} code lines ({', '.join(modules)})")
-    print(f"- total, diagnostic excluded: {gained} code lines")
+        lines.append(f"| {stage} | {n} | {', '.join(modules)} |")
+    lines.append(f"| total, diagnostic excluded | {gained} | |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=None, help="write the Markdown here (results/...)")
+    args = parser.parse_args()
+    command = "python scripts/upstream_lines.py " + " ".join(sys.argv[1:])
+    write_results(["# Lines gained and lost", "", provenance(command.strip()), "", *tables()], args.output)
     return 0
 
 
