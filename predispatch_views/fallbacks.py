@@ -135,11 +135,11 @@ class FallbackKind(enum.Enum):
     )
 
     DROPOUT_LAYOUT_AT_GRAPH_BREAK = FallbackReason(
-        "a graph that ends at a graph break and returns a replayed dropout that returns its input (p=0, eval)",
+        "a graph ending at a graph break that returns a replayed p=0 or eval dropout of an input laid out unlike it",
         "`output <k> (<node>) crosses a graph break and comes from <dropout>, which returns its input in eager "
         "where Dynamo's fake allocates: the code Dynamo traced after the break assumed the fake's layout`",
-        "eager's layout would reach code Dynamo traced on the fake's and raise where stock runs (fuzzer s905_79, "
-        "the ceiling raises too); Note [Dynamo's example values at a graph break].",
+        "eager's layout (an expanded or offset input) would reach code Dynamo traced on the fake's and raise where "
+        "stock runs (s905_79, the ceiling too); Note [Dynamo's example values at a graph break].",
         "graph_break_rules.py",
         "which returns its input in eager where Dynamo's fake allocates",
     )
