@@ -15,6 +15,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from predispatch_views.compare.fuzz import (
+    AS_STOCK_ONE_GRAPH,
     CRASH_AS_THE_CEILING,
     CRASH_WHERE_STOCK_RUNS,
     WRONG_ON_A_PROBE,
@@ -43,7 +44,7 @@ from predispatch_views.compare.fuzz_program import (
     shrink,
 )
 from predispatch_views.compare.probes import SEED, Raised, first_difference
-from predispatch_views.compare.strategies import Strategy, eager
+from predispatch_views.compare.strategies import Strategy, eager, prototype_fn
 
 # The fixed-seed sample run by the default suite (about 1 s of CPU per program: four strategies, every probe).
 SAMPLE_SEED = 20261202
@@ -258,6 +259,37 @@ def test_a_crash_the_ceiling_shares_is_reported_apart_from_the_invariant(ceiling
     assert (table["crash_where_stock_runs"], table["crash_as_the_ceiling"]) == expected
     row = fuzz_runner._row(results.programs[0][0].name, 43, 704, results)
     assert row["strategies"]["prototype[fake]"]["rule"] == rule
+
+
+def _plain_stock(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn  # a control that matches eager, as stock did on s802_73 thanks to its graph breaks
+
+
+@pytest.mark.parametrize(
+    ("subject", "rule"),
+    [
+        (prototype_fn("aot_eager"), AS_STOCK_ONE_GRAPH),
+        (Strategy("prototype_fn", "aot_eager", lambda fn: lambda *args: _raises("planted")(fn, args)),
+         WRONG_WHERE_STOCK_MATCHES),
+    ],
+)  # fmt: skip
+def test_a_compile_function_failure_stock_aot_function_shares_is_reported_apart(subject: Strategy, rule: str) -> None:
+    """Fuzzer s802_73: compile_function's one graph returns the input ``a`` and AOTAutograd's partitioner saves it,
+    so the caller's write to it makes the backward raise; functorch's aot_function on the same function raises the
+    same (AS_STOCK_ONE_GRAPH, apart from the invariant). A failure aot_function does not share stays in it."""
+    from predispatch_views.compare import fuzz_runner
+
+    strategies = [eager(), Strategy("stock", "aot_eager", _plain_stock), subject]
+    results = fuzz(1, 802, strategies, start=73, do_shrink=False, dimensions=ALL)
+    assert [f.rule for f in results.failures] == [rule]
+    table = summary(results)["prototype_fn[aot_eager]"]
+    one_graph = rule == AS_STOCK_ONE_GRAPH
+    assert (table["as_stock_one_graph"], table["crash_where_stock_runs"] + table["wrong_where_stock_matches"]) == (
+        int(one_graph),
+        int(not one_graph),
+    )
+    row = fuzz_runner._row(results.programs[0][0].name, 802, 73, results)
+    assert row["strategies"]["prototype_fn[aot_eager]"]["rule"] == rule
 
 
 def test_a_crash_behind_a_divergence_in_the_same_probe_is_a_crash() -> None:

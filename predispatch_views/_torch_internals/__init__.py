@@ -40,9 +40,9 @@ __all__ = [
     "enable_python_dispatcher", "ends_at_graph_break", "eval_dropout_is_traced_as_its_input", "from_fun",
     "has_data_mutation", "inductor_compile_fx", "inductor_wrapper_class", "is_restricted_view", "is_view",
     "lazy_graph_module", "lookup_backend", "make_fx", "multi_output_view_optimization_disabled", "overload_packet",
-    "record_opaque_call", "schema_of", "slice_output_regeneration", "starts_after_graph_break", "storage_id",
-    "storage_ref", "to_fun", "torch_function_disabled", "trace_pre_dispatch", "tree_flatten", "tree_leaves",
-    "tree_map_only", "tree_unflatten", "two_tensor_class",
+    "record_opaque_call", "schema_of", "slice_output_regeneration", "starts_after_graph_break", "stock_aot_function",
+    "storage_id", "storage_ref", "to_fun", "torch_function_disabled", "trace_pre_dispatch", "tree_flatten",
+    "tree_leaves", "tree_map_only", "tree_unflatten", "two_tensor_class",
 ]  # fmt: skip
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
@@ -106,6 +106,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "(as_tuple() layout), apply_view_meta_sequence": _BOTH,
     "torch._decomp.decompositions.dropout (eval_dropout_is_traced_as_its_input)": _BOTH,
     "torch.fx._lazy_graph_module._LazyGraphModule (lazy_graph_module)": _BOTH,
+    "torch._functorch.aot_autograd.aot_function, partitioners.min_cut_rematerialization_partition, "
+    "torch._dynamo.backends.debugging.boxed_nop (stock_aot_function; the fuzzer only)": _BOTH,
 }
 
 
@@ -298,6 +300,22 @@ def lookup_backend(name: str) -> Callable[..., Any]:
     from torch._dynamo.backends.registry import lookup_backend as _lookup
 
     return _lookup(name)
+
+
+def stock_aot_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Stock AOTAutograd on the whole function, no Dynamo (functorch's ``aot_function``), compiled as the
+    ``aot_eager`` backend compiles a graph: the stock counterpart of ``compile_function(fn, "aot_eager")``."""
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._functorch.aot_autograd import aot_function
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return aot_function(
+        fn,
+        fw_compiler=boxed_nop,
+        bw_compiler=boxed_nop,
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )
 
 
 def inductor_compile_fx() -> Callable[..., Any]:

@@ -58,7 +58,17 @@ from .fuzz_program import (
 from .parity import _isolated
 from .probes import PROBES, Call, Raised, Subject, attempt, describe, differences
 from .report import stock_version_line
-from .strategies import CEILING, CEILING_BACKEND, Strategy, dynamo_eager, eager, prototype, prototype_fn, stock
+from .strategies import (
+    CEILING,
+    CEILING_BACKEND,
+    Strategy,
+    dynamo_eager,
+    eager,
+    prototype,
+    prototype_fn,
+    stock,
+    stock_fn,
+)
 
 RNG_SEED = 1234
 
@@ -345,18 +355,38 @@ WRONG_ON_A_PROBE = "wrong on a probe where stock is right"
 # layout in the code after a graph break (fuzzer s905_15); no design below Dynamo that returns eager's views
 # avoids it, only stock's unfaithful outputs do.
 CRASH_AS_THE_CEILING = "crash where stock runs, as the ceiling does"
+# Reported apart from the invariant, compile_function only: a program where compile_function breaks a rule and
+# stock's own counterpart of it, functorch's aot_function on the whole function (``stock_fn``, no Dynamo), fails
+# the same way. compile_function captures one graph where Dynamo's graph breaks split the program, so AOTAutograd's
+# one-graph choices meet it that the control's graph breaks avoided: the partitioner saving a returned input
+# (s802_73), the compiled function's error naming CompiledFunction (s901_113), its refusal of a second backward
+# (s904_194). Those are stock's, on the same graph; a failure stock_fn does not share stays in the invariant.
+AS_STOCK_ONE_GRAPH = "fails as stock's one graph (aot_function) does"
+
+
+def fails_alike(mine: Outcome, theirs: Outcome | None) -> bool:
+    """Both fail at the same probe and path: a crash with the same error type and first message line, a divergence
+    with the same observation."""
+    if theirs is None or mine.kind == "match" or mine.kind != theirs.kind:
+        return False
+    if (mine.probe, mine.path) != (theirs.probe, theirs.path):
+        return False
+    a, b = mine.actual, theirs.actual
+    if isinstance(a, Raised) and isinstance(b, Raised):
+        return a.type == b.type and a.message.splitlines()[:1] == b.message.splitlines()[:1]
+    return not isinstance(a, Raised) and not isinstance(b, Raised) and describe(a, 400) == describe(b, 400)
 
 
 def crashes_as(prototype: Outcome, ceiling: Outcome | None) -> bool:
     """Both crash at the same probe and path with the same error type and first message line."""
-    if ceiling is None or prototype.kind != "crash" or ceiling.kind != "crash":
+    return prototype.kind == "crash" and fails_alike(prototype, ceiling)
+
+
+def fails_as_stock_one_graph(program: Program, reference: Run, s: Strategy, outcome: Outcome) -> bool:
+    """compile_function's failure is stock_fn's too (AS_STOCK_ONE_GRAPH); stock_fn runs only here, on failures."""
+    if s.name != "prototype_fn" or s.inner != "aot_eager":
         return False
-    mine, theirs = prototype.actual, ceiling.actual
-    if (prototype.probe, prototype.path) != (ceiling.probe, ceiling.path):
-        return False
-    if not isinstance(mine, Raised) or not isinstance(theirs, Raised):
-        return False
-    return mine.type == theirs.type and mine.message.splitlines()[:1] == theirs.message.splitlines()[:1]
+    return fails_alike(outcome, classify(reference, run_program(program, stock_fn(s.inner))))
 
 
 def breaks(rule: str, prototype: Outcome, stock: Outcome) -> bool:
@@ -482,13 +512,15 @@ def fuzz(
             ceiling = ceiling_label_for(s.label, row)
             if rule == CRASH_WHERE_STOCK_RUNS and crashes_as(outcome, row[ceiling].outcome if ceiling else None):
                 rule = CRASH_AS_THE_CEILING
+            if rule in INVARIANT_RULES and fails_as_stock_one_graph(program, runs[reference.label], s, outcome):
+                rule = AS_STOCK_ONE_GRAPH
             if rule is None:
                 outcome = wrong_on_a_probe(runs[reference.label], runs[s.label], runs[control])
                 rule = None if outcome is None else WRONG_ON_A_PROBE
             if rule is None or outcome is None:
                 continue
             failure = Failure(program, s.label, outcome, rule)
-            if do_shrink and rule != CRASH_AS_THE_CEILING:
+            if do_shrink and rule not in (CRASH_AS_THE_CEILING, AS_STOCK_ONE_GRAPH):
                 control_strategy = next(t for t in strategies if t.label == control)
                 eager_raises = isinstance(runs[reference.label].observations["forward"], Raised)
                 fails = failure_predicate(reference, s, control_strategy, outcome, eager_raises, rule)
@@ -521,6 +553,7 @@ COLUMNS = (
     "crash_where_stock_runs",
     "wrong_on_a_probe",
     "crash_as_the_ceiling",  # reported apart from the invariant: CRASH_AS_THE_CEILING
+    "as_stock_one_graph",  # reported apart from the invariant: AS_STOCK_ONE_GRAPH (compile_function only)
     "below_the_ceiling",  # diagnostics: differs from eager where the ceiling under the same setting matches
 )
 
@@ -543,6 +576,7 @@ def summary(results: FuzzResults) -> dict[str, dict[str, int]]:
         counts["crash_where_stock_runs"] = len(wrong.get((label, CRASH_WHERE_STOCK_RUNS), ()))
         counts["wrong_on_a_probe"] = len(wrong.get((label, WRONG_ON_A_PROBE), ()))
         counts["crash_as_the_ceiling"] = len(wrong.get((label, CRASH_AS_THE_CEILING), ()))
+        counts["as_stock_one_graph"] = len(wrong.get((label, AS_STOCK_ONE_GRAPH), ()))
         ceiling = ceiling_label_for(label, results.labels) if is_prototype_label(label) else None
         counts["below_the_ceiling"] = sum(
             ceiling is not None and is_below_the_ceiling(gap_result(row.get(label)), gap_result(row.get(ceiling)))
@@ -587,7 +621,9 @@ def markdown(results: FuzzResults) -> str:
         "`wrong_where_stock_matches`: the strategy diverges or crashes on a program where stock matches eager; "
         "`crash_where_stock_runs`: it crashes where stock does not (stock may diverge); these two are issue 9's "
         "invariant. `crash_as_the_ceiling`, apart from it: a crash where stock runs that the ceiling raises too, at "
-        "the same probe with the same error (Dynamo's own). `wrong_on_a_probe` (diagnostics): on the other "
+        "the same probe with the same error (Dynamo's own). `as_stock_one_graph`, apart from it too: a "
+        "compile_function program breaking the invariant where stock's own counterpart, `aot_function` on the whole "
+        "function, fails the same way. `wrong_on_a_probe` (diagnostics): on the other "
         "programs, some probe where the strategy differs from eager while stock does not. `below_the_ceiling` "
         "(diagnostics): the strategy differs from eager where the ceiling (`dynamo_eager`, Dynamo with "
         '`backend="eager"`) under the same setting matches.',
@@ -610,7 +646,7 @@ def markdown(results: FuzzResults) -> str:
             for program, row in results.programs
         ]
         lines += ["", *features_table(records, results.labels[1:])]
-    for rule in (*INVARIANT_RULES, CRASH_AS_THE_CEILING, WRONG_ON_A_PROBE):
+    for rule in (*INVARIANT_RULES, CRASH_AS_THE_CEILING, AS_STOCK_ONE_GRAPH, WRONG_ON_A_PROBE):
         failures = [f for f in results.failures if f.rule == rule]
         lines += ["", f"### Prototype {rule}: {len(failures)}", ""]
         for f in failures:

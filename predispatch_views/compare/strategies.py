@@ -16,6 +16,9 @@
 - ``prototype``: ``torch.compile(fn, backend=predispatch_views.backend(inner))``.
 - ``prototype_fn``: ``predispatch_views.compile_function(fn, inner)``: the prototype without Dynamo (not in
   ``all_strategies``; the fuzzer uses it).
+- ``stock_fn``: stock's counterpart of ``prototype_fn`` (aot_eager only): functorch's ``aot_function`` on the
+  whole function, no Dynamo, compiled as the ``aot_eager`` backend compiles (``_torch_internals.stock_aot_function``).
+  The fuzzer runs it only to classify a ``prototype_fn`` failure (Note [Fuzz rules]), never as a control.
 - ``dynamo_eager``: the ceiling (issue 22): ``torch.compile(fn, backend="eager")``, Dynamo alone, nothing below it
   traced or compiled: the most fidelity a design below Dynamo can reach. Its "inner" is Dynamo's backend
   ``eager`` (label ``dynamo_eager[eager]``), one per table whatever the inners; in ``parity_strategies`` and the
@@ -123,6 +126,41 @@ def prototype(inner: str) -> Strategy:
 
 def prototype_fn(inner: str) -> Strategy:
     return Strategy("prototype_fn", inner, lambda fn: compile_function(fn, inner))
+
+
+def _input_signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(
+        (tuple(a.shape), a.stride(), a.dtype, a.requires_grad, a.is_leaf) if isinstance(a, torch.Tensor) else repr(a)
+        for a in ti.tree_leaves(args)
+    )
+
+
+def _aot_function_per_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``aot_function`` traced again on new input metadata, as compile_function is, keeping the output's structure
+    (aot_function hands a tuple of outputs back as a list)."""
+    compiled: dict[tuple[Any, ...], tuple[Callable[..., Any], list[Any]]] = {}
+
+    def run(*args: Any) -> Any:
+        key = _input_signature(args)
+        if key not in compiled:
+            spec: list[Any] = []
+
+            def flat(*a: Any) -> list[Any]:
+                leaves, found = ti.tree_flatten(fn(*a))
+                spec[:] = [found]
+                return leaves
+
+            compiled[key] = (ti.stock_aot_function(flat), spec)
+        call, spec = compiled[key]
+        return ti.tree_unflatten(list(call(*args)), spec[0])
+
+    return run
+
+
+def stock_fn(inner: str) -> Strategy:
+    if inner != "aot_eager":
+        raise ValueError(f"stock_fn exists for the aot_eager inner only, not {inner!r}")
+    return Strategy("stock_fn", inner, _aot_function_per_signature)
 
 
 def dynamo_eager() -> Strategy:
