@@ -18,11 +18,14 @@ from predispatch_views.compare.fuzz import (
     AS_STOCK_ONE_GRAPH,
     CRASH_AS_THE_CEILING,
     CRASH_WHERE_STOCK_RUNS,
+    WRONG_AS_THE_CEILING,
     WRONG_ON_A_PROBE,
     WRONG_WHERE_STOCK_MATCHES,
     FuzzStrategy,
+    Outcome,
     Run,
     classify,
+    fails_alike,
     failure_markdown,
     failure_predicate,
     fuzz,
@@ -290,6 +293,66 @@ def test_a_compile_function_failure_stock_aot_function_shares_is_reported_apart(
     )
     row = fuzz_runner._row(results.programs[0][0].name, 802, 73, results)
     assert row["strategies"]["prototype_fn[aot_eager]"]["rule"] == rule
+
+
+def _unchanged(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("ceiling_diverges", "rule"), [(True, WRONG_AS_THE_CEILING), (False, WRONG_WHERE_STOCK_MATCHES)]
+)
+def test_a_divergence_the_ceiling_shares_is_reported_apart(ceiling_diverges: bool, rule: str) -> None:
+    """Fuzzer s1102_942: under compiled autograd, a second backward through eager's own CopySlices node hits an
+    internal assert where eager raises; Dynamo with backend="eager" diverges the same way, stock (no eager node)
+    matches. Only the same divergence at the same probe moves it out of the invariant."""
+    strategies = [
+        eager(),
+        _fake("dynamo_eager", _extra_draw) if ceiling_diverges else Strategy("dynamo_eager", "fake", _unchanged),
+        Strategy("stock", "fake", _unchanged),
+        _fake("prototype", _extra_draw),
+    ]
+    results = fuzz(1, 43, strategies, start=704, do_shrink=False)
+    assert [f.rule for f in results.failures] == [rule]
+    table = summary(results)["prototype[fake]"]
+    assert (table["wrong_where_stock_matches"], table["wrong_as_the_ceiling"]) == (
+        int(not ceiling_diverges),
+        int(ceiling_diverges),
+    )
+
+
+def test_s1102_942_is_compiled_autograds_own_on_eagers_graph() -> None:
+    """s1102_942's premise (WRONG_AS_THE_CEILING): the fuzz program run by eager itself, nothing compiled, with
+    compiled autograd around its backward as the compiled_autograd setting has it, hits the same internal assert in
+    the second backward where plain eager raises "backward through the graph a second time"."""
+    import functools
+
+    from predispatch_views.compare.fuzz import _compiled_autograd
+
+    program = generate(1102, 942, ALL)
+    assert program.settings == ("compiled_autograd",)
+    under = FuzzStrategy(
+        "eager_under_compiled_autograd", "eager", _unchanged, setting="compiled_autograd",
+        context=functools.partial(_compiled_autograd, "eager"),
+    )  # fmt: skip
+    outcome = classify(run_program(program, eager()), run_program(program, under))
+    assert (outcome.kind, outcome.probe, outcome.path) == ("divergence", "backward_twice", ".second")
+    assert isinstance(outcome.actual, Raised) and "INTERNAL ASSERT FAILED" in outcome.actual.message
+    expected = outcome.expected
+    assert isinstance(expected, Raised) and "backward through the graph a second time" in expected.message
+
+
+def test_failing_alike_ignores_which_output_of_a_compiled_function_an_error_names() -> None:
+    def raised(message: str) -> Outcome:
+        return Outcome("divergence", "mutate_each_output", ".output 1.backward", None, Raised("RuntimeError", message))
+
+    def text(node: str) -> str:
+        return f"one of the variables ... which is {node}, is at version 1; expected version 0 instead."
+
+    compiled = raised(text("output 0 of CompiledFunction"))
+    assert fails_alike(compiled, raised(text("output 1 of CompiledFunction")))  # s1102_949 vs aot_function
+    assert not fails_alike(compiled, raised(text("output 0 of MulBackward0")))
+    assert not fails_alike(compiled, Outcome("match"))
 
 
 def test_a_crash_behind_a_divergence_in_the_same_probe_is_a_crash() -> None:

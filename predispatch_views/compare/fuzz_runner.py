@@ -27,6 +27,7 @@ from .fuzz import (
     CRASH_AS_THE_CEILING,
     CRASH_WHERE_STOCK_RUNS,
     INVARIANT_RULES,
+    WRONG_AS_THE_CEILING,
     WRONG_ON_A_PROBE,
     WRONG_WHERE_STOCK_MATCHES,
     Failure,
@@ -256,6 +257,7 @@ def summary(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str
             counts["crash_where_stock_runs"] += r["rule"] == CRASH_WHERE_STOCK_RUNS
             counts["wrong_on_a_probe"] += r["rule"] == WRONG_ON_A_PROBE
             counts["crash_as_the_ceiling"] += r["rule"] == CRASH_AS_THE_CEILING
+            counts["wrong_as_the_ceiling"] += r["rule"] == WRONG_AS_THE_CEILING
             counts["as_stock_one_graph"] += r["rule"] == AS_STOCK_ONE_GRAPH
             counts["below_the_ceiling"] += bool(r.get("below_ceiling"))
         table[label] = counts
@@ -296,7 +298,8 @@ def markdown(
         "them still matched eager. `wrong_where_stock_matches`: the strategy diverges or crashes on a program where "
         "stock matches eager; `crash_where_stock_runs`: it crashes where stock does not (these two are issue 9's "
         "invariant). `crash_as_the_ceiling`, apart from it: a crash where stock runs that the ceiling raises too, "
-        "at the same probe with the same error (Dynamo's own). `as_stock_one_graph`, apart from it too: a "
+        "at the same probe with the same error (Dynamo's own); `wrong_as_the_ceiling`, the same for a divergence "
+        "where stock matches. `as_stock_one_graph`, apart from it too: a "
         "compile_function program breaking the invariant where stock's own counterpart, `aot_function` on the whole "
         "function, fails the same way. `wrong_on_a_probe` (diagnostics): on the other "
         "programs, some probe where the strategy differs from eager while stock does not. `below_the_ceiling` "
