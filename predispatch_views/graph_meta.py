@@ -178,6 +178,10 @@ def _requires_grad(
             out.add(n)
             if (target := graph_ops.mutated_input(n)) is not None:
                 out.add(target)
+        elif n.op == "call_function" and graph_ops.mutated_input(n) in out:
+            # An in-place call under no_grad returns its target, which still requires grad: what reads the call's
+            # result reads that target (fuzzer s1103_903: ``t0.sin_()`` under no_grad, then ``t0.sigmoid()``).
+            out.add(n)
     return frozenset(out)
 
 

@@ -65,7 +65,7 @@ class EpilogueCodegen:
         lines = []
         # The k-th core output: ``core[k]``, or ``core{j}[i]`` where the core runs as independent parts.
         core_output = {k: f"core[{k}]" for k in range(len(sliced.core.graph.output_node().args[0]))}
-        if call_core and len(sliced.parts) > 1:
+        if call_core and (len(sliced.parts) > 1 or sliced.parts[0].graph is not sliced.core):
             for j, part in enumerate(sliced.parts):
                 lines.append(f"core{j} = _core{j}(" + "".join(f"args[{i}], " for i in part.inputs) + ")")
                 core_output.update({k: f"core{j}[{i}]" for i, k in enumerate(part.outputs)})
@@ -163,10 +163,9 @@ def build_runtime(sliced: SlicedProgram, compiled_parts: Sequence[Callable[..., 
     codegen = EpilogueCodegen()
     source = codegen.generate(sliced, call_core=compiled_parts is not None)
     scope: dict[str, Any] = dict(codegen.globals)
+    scope.update({f"_core{j}": part for j, part in enumerate(compiled_parts or ())})
     if compiled_parts is not None and len(compiled_parts) == 1:
         scope["_core"] = compiled_parts[0]
-    else:
-        scope.update({f"_core{j}": part for j, part in enumerate(compiled_parts or ())})
     exec(compile(source, "<predispatch_views epilogue>", "exec"), scope)
     run = scope["run"]
     run.source = source  # for explain() and debugging

@@ -215,7 +215,22 @@ def _refused(
             skipped = {m for m in meta.nodes if m not in compiled_before}
             if (saver := may_save(meta, root, skipped, set())) is not None:
                 return f"{n.name} writes {w.name}, whose base {saver.name} of an earlier compiled segment may save"
+            if _saved_by_its_producer(meta, root, compiled_before):
+                return f"{n.name} writes {w.name}, whose producer {root.name} of an earlier compiled segment may save"
     return None
+
+
+def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> bool:
+    """A compiled differentiable op whose backward may read its own result (``sigmoid``, ``exp``...) may save it.
+    Eager saves it too, but in its own node; the compiled segment's outputs share one node, so a backward through
+    any of them unpacks it, and a later write that bumped its version raises there (fuzzer s1103_903: ``t1 =
+    t0.sigmoid()`` crossing into a segment that runs ``t1.unsqueeze_(1)``, then a backward through ``t0``)."""
+    return (
+        root in compiled
+        and root.op == "call_function"
+        and root in meta.requires_grad
+        and not (is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root))
+    )
 
 
 def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node]) -> str | None:
@@ -224,8 +239,11 @@ def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node]) -> 
     which may not have saved it, does not (the rule for a later compiled segment's writes, Note [Segments])."""
     skipped = set(meta.nodes) - set(first)
     for w in graph_ops.written_args(at):
-        if (saver := may_save(meta, meta.root.get(w, w), skipped, set())) is not None:
+        root = meta.root.get(w, w)
+        if (saver := may_save(meta, root, skipped, set())) is not None:
             return f"{at.name} writes {w.name}, whose base {saver.name} of the compiled segment before it may save"
+        if _saved_by_its_producer(meta, root, set(first)):
+            return f"{at.name} writes {w.name}, whose producer {root.name} of the compiled segment before may save it"
     return None
 
 

@@ -179,8 +179,13 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     # A part with no output, no input write and no side effect is dead code: AOTAutograd would drop it too.
     effects = {find(("written input", g)) for g in written} | {find(n) for n in ordered}
     kept = [r for r in members if r in out_positions or r in effects]
-    if len(kept) < 2:
+    unread = any(not p.users for p in placeholders)
+    if not kept or (len(kept) == 1 and len(members) == 1 and not unread):
         return _whole(core)
+    # One part that leaves dead code or an unread input behind is still cut out of the core: an input the compiled
+    # function takes but does not differentiate gets a None gradient, which torch 2.13's compiled autograd adds
+    # to the gradient another path gives it ("add(): argument 'other' must be Tensor, not NoneType", fuzzer
+    # s1103_185: a dead ``select`` of a replayed view kept that view an input of the core).
     return tuple(_part(core, nodes, set(members[r]), out_positions.get(r, []), outputs) for r in kept)
 
 

@@ -1116,3 +1116,73 @@ def test_a_written_split_output_read_after_a_graph_break_raises_as_dynamo_alone_
     assert eager[:2] == ("raised", "RuntimeError") and "modified inplace" in eager[2]
     assert actual[:2] == ceiling[:2] == ("raised", "TorchRuntimeError")
     assert "its base or another view of its base has been modified inplace" in actual[2]
+
+
+def sigmoid_of_a_value_written_under_no_grad(a: torch.Tensor) -> Any:  # fuzzer s1103_903
+    t0 = a.add(1.0)
+    with torch.no_grad():
+        t0.sin_()  # returns t0, which still requires grad
+    t1 = t0.sigmoid()  # sigmoid's backward reads its own result
+    t0.bernoulli_(0.5)  # a random write: the program is cut after it
+    t1.unsqueeze_(1)  # ... and the segment after the cut bumps t1's version
+    return (t0,)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_later_segment_writing_a_result_its_producer_saves(entry: str) -> None:
+    """s1103_903, wrong where stock matches on 1576d5b...c9620d7: the segment before the cut returned t0 and t1 from
+    one compiled function, whose backward saves t1 for sigmoid; the segment after it ran ``t1.unsqueeze_(1)``, and a
+    backward through t0 alone unpacked the stale t1 and raised. Eager's SigmoidBackward0 is its own node, never
+    reached. The record now knows t1 requires grad (an in-place call under no_grad returns its target), and a cut
+    whose later segment writes a value its compiled producer may save is refused: the program falls back."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        base = torch.randn(4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        (t0,) = fn(base.mul(1))
+        return outcome(lambda: t0.sum().backward()), base.grad
+
+    expected = run(sigmoid_of_a_value_written_under_no_grad)
+    actual = run(_compiled_by(entry, sigmoid_of_a_value_written_under_no_grad))
+    assert expected[0] == actual[0] == ("ok", None)
+    torch.testing.assert_close(actual[1], expected[1])
+
+
+def replays_a_view_a_dead_select_reads(a: torch.Tensor, t0: torch.Tensor) -> Any:  # fuzzer s1103_185
+    t2 = a.view(-1)
+    t3, t4 = t2.tensor_split(2, 0)
+    with torch.no_grad():
+        t4.copy_(t3)
+    t5 = t0.sin()
+    t3.select(0, 5)  # dead: it kept t3 an input of the core, which gave it a None gradient
+    return t5, t3
+
+
+def test_an_input_the_core_does_not_differentiate_under_compiled_autograd() -> None:
+    """s1103_185, a crash where stock runs under compiled autograd: the core took t3 only for a dead ``select``, so its
+    compiled backward returned None for t3, and torch 2.13's compiled autograd added that None to the gradient t3's
+    own output path gives it (TypeError in ``add``). A core whose one part leaves dead code or an unread input
+    behind is now compiled as that part alone."""
+
+    def run(backend: Any) -> Any:
+        torch._dynamo.reset()
+        base = torch.randn(3, 3, 2, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        a = base.mul(1)
+        with torch._dynamo.config.patch(compiled_autograd=True):
+            fn = (
+                replays_a_view_a_dead_select_reads
+                if backend is None
+                else torch.compile(replays_a_view_a_dead_select_reads, backend=backend)
+            )
+            outs = fn(a, a.add(1.0))
+            outs[1].mul_(2)
+            grads = [torch.ones_like(o) for o in outs]
+            with _torch_internals.compiled_autograd(lambda gm: torch.compile(gm, backend="eager")):
+                result = outcome(lambda: torch.autograd.backward(list(outs), grads))
+        return result, base.grad
+
+    expected = run(None)
+    actual = run(pv.backend("aot_eager"))
+    assert expected[0] == actual[0] == ("ok", None)
+    torch.testing.assert_close(actual[1], expected[1])
