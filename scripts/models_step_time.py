@@ -89,6 +89,9 @@ def time_model(case: Any, rounds: int, inner: str, flag_first: bool) -> ModelTim
     loss_of(model(**inputs)).backward()  # lazy inits in eager
     warm = plain_compile(inner, False).make(fresh_copy(lambda **kw: model(**kw)))
     loss_of(warm(**inputs)).backward()  # Dynamo's and the inner backend's one-time costs, untimed
+    # ... but not its compiled code: stock's wrapper has the warm-up's name, so Dynamo would hand stock the frames
+    # the warm-up compiled after a graph break (a module's forward) and time only its top frame.
+    torch._dynamo.reset()
     runs: dict[str, Callable[..., Any]] = {}
     firsts: dict[str, Any] = {}
     for name in reversed(STRATEGIES) if flag_first else STRATEGIES:

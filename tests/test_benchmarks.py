@@ -171,6 +171,8 @@ def test_compile_time_measures_each_contender_each_round() -> None:
         ("seed_measurement.py", ["--sizes", "4", "--runs", "1", "--rounds", "4:2"], "seed-measurement.md"),
         ("segment_cost.py", ["--writes", "0,1", "--rounds", "1", "--calls", "2", "--size", "8"], "segment-cost.md"),
         ("core_parts_cost.py", ["--inner", "aot_eager", "--heads", "2", "--rounds", "1"], "core-parts-cost.md"),
+        ("models_step_time.py", ["--inner", "aot_eager", "--rounds", "1", "--models", "vit_block_unbind"],
+         "models-step-time.md"),
     ],
 )
 def test_the_scripts_the_design_quotes_write_their_results_file(
