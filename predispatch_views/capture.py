@@ -252,15 +252,18 @@ class _KeepingCustomFunctions(fx.Interpreter):
     one node, it reaches the inner backend as it reaches it from stock: AOTAutograd traces the joint graph through
     the user's backward. To the rules it is an opaque differentiable op of the core whose backward may read
     anything. Not kept (capture_limitation falls back): ``mark_dirty`` (an in-place write the rules would not
-    see), and a forward that returns an input (autograd.Function returns a view of it; AOTAutograd would
-    regenerate that output from the input, around the user's backward)."""
+    see). A forward that returns an input is not compiled at all: autograd.Function returns a view of that input
+    whose grad_fn is the user's backward, and AOTAutograd would regenerate that output from the input, around the
+    backward. The node is marked to run in eager between two compiled segments instead (Note [Segments]), where
+    Dynamo's ``autograd_function_apply`` runs as Dynamo with ``backend="eager"`` runs it. A checkpointed region
+    that returns an input still falls back."""
 
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if target is ti.ACTIVATION_CHECKPOINT:  # its body is recomputed in the backward, as in stock's
             return record_custom_function(target, args, kwargs, what="a checkpointed region")
         if target is not ti.AUTOGRAD_FUNCTION_APPLY:
             return super().call_function(target, args, kwargs)
-        return record_custom_function(target, args, kwargs)
+        return record_custom_function(target, args, kwargs, may_run_eagerly=True)  # see the Note
 
 
 def record_custom_function(
@@ -273,10 +276,11 @@ def record_custom_function(
 ) -> Any:
     """One node for a custom autograd.Function call or a checkpointed region (Note [Custom autograd.Functions in the
     core]). One that returns an input or a view of one is, with ``may_run_eagerly`` (compile_function, which calls
-    the Function's own ``apply``), recorded as a call to run in eager between two compiled segments (``RUN_EAGERLY``;
-    Note [Segments] in segments.py), and cannot be kept otherwise: under Dynamo, the same forward may also have been
-    inlined elsewhere in the graph (inlined_autograd_function cannot tell the two apart when the forward records no
-    op). One that marks an input dirty (it returns that input itself, written in place) cannot be kept."""
+    the Function's own ``apply``; the backend, which calls Dynamo's ``autograd_function_apply``), recorded as a call
+    to run in eager between two compiled segments (``RUN_EAGERLY``; Note [Segments] in segments.py), and cannot be
+    kept otherwise. (Under Dynamo the same forward may also have been inlined elsewhere in the graph: the traced-code
+    record tells the two apart, ``ti.inlined_autograd_functions``.) One that marks an input dirty (it returns that
+    input itself, written in place) cannot be kept."""
     args_leaves = _tensors((args, kwargs))
     inputs = {_storage(a) for a in args_leaves}
 

@@ -215,9 +215,9 @@ class FallbackKind(enum.Enum):
         "marks an input dirty",
     )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
-        "a custom `autograd.Function` (or a checkpointed region) whose forward returns an input or a view of one (a "
-        "Function that marks an input dirty returns it); under Dynamo (compile_function runs such a call in "
-        "eager between two compiled segments: Note [Segments])",
+        "a custom `autograd.Function` whose forward returns an input or a view of one, where the program cannot be "
+        "cut around the call to run it in eager between two compiled segments (Note [Segments]); a checkpointed "
+        "region that returns an input, under Dynamo",
         "`a custom autograd.Function returns an input (eager returns a view of it, with its own backward; "
         "AOTAutograd would regenerate it from the input around that backward)`",
         "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates "

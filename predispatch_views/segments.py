@@ -115,7 +115,8 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
     returned = output.args[0]
     if not isinstance(returned, (tuple, list)) or any(isinstance(r, (tuple, list, dict)) for r in returned):
         return "the program's outputs are not a flat tuple"
-    body = [n for n in nodes if n.op != "placeholder" and n is not output]
+    # A get_attr (a recorded call's forward and backward graphs) is no value to hand over: each stage reads its own.
+    body = [n for n in nodes if n.op not in ("placeholder", "get_attr") and n is not output]
     if run_eagerly:
         if _grad_mode_before(meta, at) != meta.grad_enabled:
             return "the call runs inside a grad-mode region"
@@ -159,7 +160,9 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
 
         for n in members:
             for i in n.all_input_nodes:
-                if i not in inside:
+                if i.op == "get_attr" and i not in env:
+                    env[i] = graph.node_copy(i)
+                elif i not in inside:
                     read(i)
             env[n] = graph.node_copy(n, env.__getitem__)
         kept = [n for n in members if any(u not in inside for u in n.users)]

@@ -151,10 +151,23 @@ def test_the_users_backward_runs(entry: str) -> None:
     assert view_nodes(list(outs)) == view_nodes(list(own_grad_then_unbind(x)))  # one eager UnbindBackward0
 
 
-@pytest.mark.parametrize(
-    ("function", "reason"),
-    [(MarksDirty, "marks an input dirty"), (ReturnsItsInput, "returns an input (eager returns a view of it")],
-)
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_function_returning_its_input_runs_in_eager_between_compiled_segments(entry: str) -> None:
+    """Eager returns the input as a view of it whose grad_fn is the Function's backward; no compiled code makes
+    that. The program is cut around the call, which runs uncompiled as Dynamo recorded it (Note [Segments]); the
+    views after it are replayed. Under Dynamo this fell back to stock before (its outputs were no views)."""
+
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = ReturnsItsInput.apply(x.mul(2))
+        return (*y.unbind(0), y.sin())
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]
+
+    assert_matches_eager(program, _compiled(program, entry), make_inputs)
+
+
+@pytest.mark.parametrize(("function", "reason"), [(MarksDirty, "marks an input dirty")])
 def test_what_the_backend_cannot_keep_falls_back_with_its_reason(function: type, reason: str) -> None:
     def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return function.apply(x.mul(2)).unbind(0)

@@ -196,8 +196,8 @@ def _aliased_pair() -> list[torch.Tensor]:
 
 # name -> (program, inputs, the fallback reason it must give, or None when it must replay without one)
 REPROS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], str | None]] = {
-    "custom_function_returns_input": (custom_function_returns_input, _rg(2, 2), "custom autograd.Function"),
-    "custom_function_then_unbind": (custom_function_then_unbind, _rg(3, 2), "custom autograd.Function"),
+    "custom_function_returns_input": (custom_function_returns_input, _rg(2, 2), None),  # RUN_BETWEEN_SEGMENTS
+    "custom_function_then_unbind": (custom_function_then_unbind, _rg(3, 2), None),  # RUN_BETWEEN_SEGMENTS
     # Cut in two after the random write (Note [Segments]): it draws where eager draws, and is read after it.
     "random_mutation_read_by_core": (random_mutation_read_by_core, _rg(3, 4), None),
     "random_mutation_then_rand": (random_mutation_then_rand, _rg(3, 4), None),
@@ -273,8 +273,6 @@ def _root_error(message: str) -> str:
 @pytest.mark.parametrize("name", sorted(REPROS))
 def test_repro_matches_eager_or_falls_back_with_its_reason(name: str, entry: str) -> None:
     fn, make_inputs, reason = REPROS[name]
-    if entry == "compile_function" and name in RUN_BETWEEN_SEGMENTS_BY_COMPILE_FUNCTION:
-        reason = None  # compile_function runs the Function in eager between compiled segments: no fallback
     pv.FALLBACKS.clear()
     if entry == "backend":
         compiled = torch.compile(fn, backend=pv.backend("aot_eager"))
@@ -286,6 +284,12 @@ def test_repro_matches_eager_or_falls_back_with_its_reason(name: str, entry: str
     if reason is None:
         assert reasons == [], reasons
         expected = outcome(lambda: _observed(fn, make_inputs))
+        if entry == "backend" and name in RUN_BETWEEN_SEGMENTS:
+            # The backend runs Dynamo's autograd_function_apply in eager, as the ceiling (Dynamo with
+            # backend="eager") does: the Function's own output has grad_fn ApplyTemplateBackward, not eager's
+            # ReturnsInputBackward (compile_function calls the Function's own apply).
+            torch._dynamo.reset()
+            expected = outcome(lambda: _observed(torch.compile(fn, backend="eager"), make_inputs))
     else:
         # A fallback of the backend hands the program to stock AOTAutograd, and it must then behave exactly as
         # stock does; compile_function runs the function eagerly (Note [compile_function falls back to eager]).
@@ -304,8 +308,8 @@ def test_repro_matches_eager_or_falls_back_with_its_reason(name: str, entry: str
         assert_same(actual[1][key], expected[1][key])
 
 
-# A custom Function returning its input: compile_function (not the backend) runs it in eager between segments.
-RUN_BETWEEN_SEGMENTS_BY_COMPILE_FUNCTION = {"custom_function_returns_input", "custom_function_then_unbind"}
+# A custom Function returning its input: both entry points run it in eager between compiled segments.
+RUN_BETWEEN_SEGMENTS = {"custom_function_returns_input", "custom_function_then_unbind"}
 # Repros that fell back on an ordering rule and are now cut in two (Note [Segments]).
 CUT_IN_SEGMENTS = {
     "random_mutation_read_by_core",
@@ -319,7 +323,7 @@ CUT_IN_SEGMENTS = {
 ALIAS_RETURNING = [
     n
     for n, (_, _, reason) in REPROS.items()
-    if reason is None and n != "base_only_detached" and n not in CUT_IN_SEGMENTS
+    if reason is None and n != "base_only_detached" and n not in CUT_IN_SEGMENTS | RUN_BETWEEN_SEGMENTS
 ]
 
 
@@ -641,6 +645,30 @@ def test_an_autograd_function_dynamo_inlined_falls_back() -> None:
     stock = torch.compile(returns_input_without_grad_then_breaks, backend="aot_eager")(*inputs())
     expected = returns_input_without_grad_then_breaks(*inputs())
     assert actual[0]._is_view() == stock[0]._is_view() == expected[0]._is_view()
+
+
+def returns_input_kept_and_inlined(x: torch.Tensor, w: torch.Tensor, kept_first: bool) -> Any:
+    if kept_first:
+        a = ReturnsInput.apply(x.sin())  # x requires grad: Dynamo records autograd_function_apply
+        b = ReturnsInput.apply(w)  # w does not: Dynamo inlines the forward, which records no op
+    else:
+        b = ReturnsInput.apply(w)
+        a = ReturnsInput.apply(x.sin())
+    return (*a.unbind(0), b)
+
+
+@pytest.mark.parametrize("kept_first", [True, False])
+def test_a_function_both_recorded_and_inlined_in_one_graph_falls_back(kept_first: bool) -> None:
+    """The recorded call now runs in eager between compiled segments; the inlined one would return w itself where
+    eager returns a view of it. Dynamo traced the forward for both: the traced-code record must still find the
+    inlined one (a forward that no ``fwd_trace_helper`` wrapped)."""
+    x, w = torch.randn(2, 3, requires_grad=True), torch.randn(3)
+    pv.FALLBACKS.clear()
+    actual = torch.compile(returns_input_kept_and_inlined, backend=pv.backend("aot_eager"))(x, w, kept_first)
+    assert any("Dynamo inlined the forward of autograd.Function ReturnsInput" in r for _, r in pv.FALLBACKS)
+    torch._dynamo.reset()
+    stock = torch.compile(returns_input_kept_and_inlined, backend="aot_eager")(x, w, kept_first)
+    assert [o._is_view() for o in actual] == [o._is_view() for o in stock]
 
 
 def clone_function_without_grad(x: torch.Tensor) -> Any:

@@ -81,6 +81,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._dynamo.backends.registry: lookup_backend, register_backend, _COMPILER_FNS, _BACKENDS, "
     "_discover_entrypoint_backends": _BOTH,
     "torch._guards.TracingContext: try_get, tensor_to_context, get_traced_code": _BOTH,
+    "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
+    "(dynamo_traced_code.py; without it every traced forward counts as inlined)": ("2.13.0",),
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
     "torch._inductor.compile_fx.compile_fx": _BOTH,
     "torch._TorchCompileInductorWrapper.__call__": _BOTH,
@@ -272,22 +274,6 @@ def ends_at_graph_break(gm: Any) -> bool:
     return bool(getattr(getattr(gm, "compile_subgraph_reason", None), "graph_break", False))
 
 
-def inlined_autograd_functions() -> list[type]:
-    """Custom autograd.Functions whose forward Dynamo inlined into the graph being compiled (it does so when no
-    input requires grad, instead of recording ``autograd_function_apply``)."""
-    from torch._guards import TracingContext
-
-    traced = set(TracingContext.get_traced_code() or ())
-    found, stack = [], list(torch.autograd.Function.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        stack += cls.__subclasses__()
-        forward = getattr(cls.forward, "__code__", None) if "forward" in cls.__dict__ else None  # a staticmethod
-        if forward in traced:
-            found.append(cls)
-    return sorted(found, key=lambda c: c.__qualname__)
-
-
 def starts_after_graph_break(gm: Any) -> bool:
     """Whether Dynamo compiled ``gm`` from a resume function: its inputs may be an earlier graph's outputs."""
     from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX
@@ -394,6 +380,9 @@ def two_tensor_class() -> type:
 
     return TwoTensor
 
+
+# Which custom autograd.Functions Dynamo inlined, from its record of the code it traced.
+from .dynamo_traced_code import inlined_autograd_functions  # noqa: E402, F401
 
 # The stock variants the comparison emulates (compare/strategies.py): AOTAutograd's output regeneration patched.
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402
