@@ -100,8 +100,8 @@ def capture_limitation(gm: fx.GraphModule) -> Fallback | None:
     """Something in Dynamo's graph that pre-dispatch tracing would run but not record faithfully.
 
     make_fx records grad-mode and autocast changes as nodes, but an inference_mode region would silently be
-    compiled with autograd on, and a custom autograd.Function (Dynamo's ``autograd_function_apply``) is inlined:
-    its forward is traced, its backward dropped.
+    compiled with autograd on. (A custom autograd.Function, Dynamo's ``autograd_function_apply``, would be inlined,
+    its backward dropped: the capture records it as one node, Note [Custom autograd.Functions in the core].)
     """
     for n in gm.graph.nodes:
         if n.op != "call_function":
@@ -111,13 +111,6 @@ def capture_limitation(gm: fx.GraphModule) -> Fallback | None:
             return Fallback(
                 FallbackKind.INFERENCE_MODE_IN_GRAPH,
                 "an inference_mode region inside the graph (pre-dispatch tracing does not record it)",
-            )
-        if n.target is ti.AUTOGRAD_FUNCTION_APPLY and n.kwargs.get("dirty_idx"):
-            # Note [Custom autograd.Functions in the core]
-            return Fallback(
-                FallbackKind.AUTOGRAD_FUNCTION_IN_GRAPH,
-                "a custom autograd.Function that marks an input dirty (an in-place write inside an op the core "
-                "keeps opaque)",
             )
     return None
 
@@ -251,12 +244,12 @@ class _KeepingCustomFunctions(fx.Interpreter):
     way, and AOTAutograd's partitioner recomputes its body in the backward as it does for stock.) Recorded as
     one node, it reaches the inner backend as it reaches it from stock: AOTAutograd traces the joint graph through
     the user's backward. To the rules it is an opaque differentiable op of the core whose backward may read
-    anything. Not kept (capture_limitation falls back): ``mark_dirty`` (an in-place write the rules would not
-    see). A forward that returns an input is not compiled at all: autograd.Function returns a view of that input
-    whose grad_fn is the user's backward, and AOTAutograd would regenerate that output from the input, around the
-    backward. The node is marked to run in eager between two compiled segments instead (Note [Segments]), where
-    Dynamo's ``autograd_function_apply`` runs as Dynamo with ``backend="eager"`` runs it. A checkpointed region
-    that returns an input still falls back."""
+    anything. A forward that returns an input is not compiled at all: autograd.Function returns a view of that
+    input whose grad_fn is the user's backward, and AOTAutograd would regenerate that output from the input, around
+    the backward. Nor is one that marks an input dirty (``ctx.mark_dirty``: an in-place write inside the node, the
+    input returned with the Function's history; ``graph_ops.DIRTY_ARGS`` names it a write). Either is marked to run
+    in eager between two compiled segments instead (Note [Segments]), where Dynamo's ``autograd_function_apply``
+    runs as Dynamo with ``backend="eager"`` runs it. A checkpointed region that returns an input falls back."""
 
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if target is ti.ACTIVATION_CHECKPOINT:  # its body is recomputed in the backward, as in stock's
@@ -288,14 +281,29 @@ def record_custom_function(
         outs = _tensors(out)
         return any(_storage(o) in inputs for o in outs), any(o is a for o in outs for a in args_leaves)
 
+    def dirty_positions(out: Any) -> list[int] | None:
+        """The top-level arguments returned as they are (marked dirty), or None where one is nested."""
+        returned = [o for o in _tensors(out) if any(o is a for a in args_leaves)]
+        positions = [i for i, a in enumerate(args) if any(a is o for o in returned)]
+        return positions if len(positions) == len({id(o) for o in returned}) else None
+
     def node_meta(out: Any) -> dict[str, Any]:
         aliases, dirty = aliases_and_dirty(out)
-        eagerly = {graph_ops.RUN_EAGERLY: what} if aliases and not dirty and may_run_eagerly else {}
-        return {graph_ops.OPAQUE_CALL: what, **eagerly}
+        if not (aliases and may_run_eagerly) or (dirty and dirty_positions(out) is None):
+            return {graph_ops.OPAQUE_CALL: what}
+        written = {graph_ops.DIRTY_ARGS: dirty_positions(out)} if dirty else {}
+        return {graph_ops.OPAQUE_CALL: what, graph_ops.RUN_EAGERLY: what, **written}
 
     out = ti.record_opaque_call(target, args, kwargs, node_meta)
     aliases, dirty = aliases_and_dirty(out)
-    if aliases and (dirty or not may_run_eagerly):
+    if dirty and not (may_run_eagerly and dirty_positions(out)):
+        raise UnsupportedCapture(
+            Fallback(
+                FallbackKind.AUTOGRAD_FUNCTION_IN_GRAPH,
+                f"{what} marks an input dirty (an in-place write inside an op the core keeps opaque)",
+            )
+        )
+    if aliases and not may_run_eagerly:
         raise UnsupportedCapture(
             Fallback(
                 FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,

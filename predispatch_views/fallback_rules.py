@@ -93,6 +93,13 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
     for n in meta.nodes:
         if (what := graph_ops.runs_eagerly(n)) is not None and graph_ops.is_metadata_mutation(n):
             return _metadata_mutation_to_run_eagerly(n, what)
+        if what is not None and graph_ops.written_args(n):  # ctx.mark_dirty: written in place and returned
+            return Fallback(
+                FallbackKind.AUTOGRAD_FUNCTION_IN_GRAPH,
+                f"{what} marks an input dirty (an in-place write inside an op the core keeps opaque)",
+                cut_after=n,
+                run_eagerly=True,
+            )
         if what is not None:
             return Fallback(
                 FallbackKind.AUTOGRAD_FUNCTION_RETURNS_AN_INPUT,

@@ -206,11 +206,11 @@ class FallbackKind(enum.Enum):
     )
 
     AUTOGRAD_FUNCTION_IN_GRAPH = FallbackReason(
-        "a custom `autograd.Function` that marks an input dirty (`ctx.mark_dirty`) inside a Dynamo graph",
-        "`a custom autograd.Function that marks an input dirty (an in-place write inside an op the core keeps opaque)`",
-        "the core keeps every other custom Function as one opaque node, forward and backward, as stock does (Note "
-        "[Custom autograd.Functions in the core] in capture.py); a dirty input is an in-place write the rules "
-        "would not see inside it.",
+        "a custom `autograd.Function` that marks an input dirty (`ctx.mark_dirty`), where the program cannot be cut "
+        "around the call to run it in eager between two compiled segments (Note [Segments]), or marks a nested input",
+        "`a custom autograd.Function marks an input dirty (an in-place write inside an op the core keeps opaque)`",
+        "a dirty input is an in-place write inside an opaque node (Note [Custom autograd.Functions in the core]), so "
+        "the call runs in eager; the cut is refused where the write bumps a tensor the segment before may save.",
         "capture.py",
         "marks an input dirty",
     )

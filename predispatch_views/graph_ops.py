@@ -175,36 +175,18 @@ def backward_reads_no_input(node: fx.Node) -> bool:
     return False
 
 
-# Ops whose derivative formula (derivatives.yaml) reads ``result``: eager saves their output.
-_READS_RESULT = {
-    "sigmoid",
-    "tanh",
-    "exp",
-    "exp2",
-    "expm1",
-    "relu",
-    "elu",
-    "celu",
-    "selu",
-    "sqrt",
-    "rsqrt",
-    "reciprocal",
-    "softmax",
-    "_softmax",
-    "log_softmax",
-    "_log_softmax",
-    "cumprod",
-    "prod",
-    "norm",
-    "linalg_vector_norm",
-    "logsumexp",
-    "pow",
-}
-
-
 def backward_reads_its_result(node: fx.Node) -> bool:
+    """An ATen call whose backward reads its output: eager saves it (Note [Which ops save their result] in
+    _torch_internals/saved_for_backward.py, asked of torch rather than of a table). False for any other call."""
     op = _overload(node)
-    return op is not None and _name(op).rstrip("_") in _READS_RESULT
+    if op is None:
+        return False
+    args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _example_value)
+    return ti.backward_reads_result(op, args, kwargs)
+
+
+def _example_value(a: Any) -> Any:
+    return a.meta.get("val") if isinstance(a, fx.Node) else a
 
 
 def is_random(node: fx.Node) -> bool:
@@ -229,8 +211,11 @@ def is_view_getitem(node: fx.Node) -> bool:
 
 
 def _written_values(node: fx.Node) -> list[Any]:
-    """The arguments a call's schema marks as written (``Tensor(a!)``), as passed: a node, a list of nodes..."""
+    """The arguments a call's schema marks as written (``Tensor(a!)``), as passed: a node, a list of nodes...; for
+    a recorded custom Function, the arguments it marks dirty (``DIRTY_ARGS``)."""
     op = _overload(node)
+    if op is None and node.op == "call_function" and DIRTY_ARGS in node.meta:
+        return [node.args[i] for i in node.meta[DIRTY_ARGS]]
     if op is None or not ti.schema_of(op).is_mutable:
         return []
     return [
@@ -326,6 +311,11 @@ def is_sym(node: fx.Node) -> bool:
 # Node meta of a recorded call that must run in eager, between compiled segments (Note [Segments] in segments.py):
 # what it is ("a custom autograd.Function", "a checkpointed region"). Set by capture.record_custom_function.
 RUN_EAGERLY = "predispatch_views_run_eagerly"
+
+
+# Node meta of a recorded custom Function that marks inputs dirty (``ctx.mark_dirty``: written in place and
+# returned): the positions of those arguments. It runs in eager too; written_args names them.
+DIRTY_ARGS = "predispatch_views_dirty_args"
 
 
 # Node meta of every call capture.record_custom_function recorded as one opaque node (a custom autograd.Function,

@@ -224,16 +224,16 @@ def _refused(
 
 
 def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> bool:
-    """A compiled differentiable op whose backward may read its own result (``sigmoid``, ``exp``...) may save it.
-    Eager saves it too, but in its own node; the compiled segment's outputs share one node, so a backward through
-    any of them unpacks it, and a later write that bumped its version raises there (fuzzer s1103_903: ``t1 =
-    t0.sigmoid()`` crossing into a segment that runs ``t1.unsqueeze_(1)``, then a backward through ``t0``)."""
-    return (
-        root in compiled
-        and root.op == "call_function"
-        and root in meta.requires_grad
-        and not (is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root))
-    )
+    """A compiled differentiable op whose backward reads its own result (``sigmoid``, ``exp``...: Note [Which ops
+    save their result]; any call that is no ATen op, conservatively) saves it. Eager saves it too, but in its own
+    node; the compiled segment's outputs share one node, so a backward through any of them unpacks it, and a later
+    write that bumped its version raises there (fuzzer s1103_903: ``t1 = t0.sigmoid()`` crossing into a segment
+    that runs ``t1.unsqueeze_(1)``, then a backward through ``t0``)."""
+    if root not in compiled or root.op != "call_function" or root not in meta.requires_grad:
+        return False
+    if is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root):
+        return False
+    return not graph_ops.is_aten_call(root) or graph_ops.backward_reads_its_result(root)
 
 
 def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node]) -> str | None:

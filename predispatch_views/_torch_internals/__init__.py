@@ -81,6 +81,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._dynamo.backends.registry: lookup_backend, register_backend, _COMPILER_FNS, _BACKENDS, "
     "_discover_entrypoint_backends": _BOTH,
     "torch._guards.TracingContext: try_get, tensor_to_context, get_traced_code": _BOTH,
+    "torch.fx.experimental.proxy_tensor.make_fx(tracing_mode='fake') of an op and its autograd.grad, meta-device "
+    "inputs (saved_for_backward.py)": _BOTH,
     "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
     "(dynamo_traced_code.py; without it every traced forward counts as inlined)": ("2.13.0",),
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
@@ -381,8 +383,10 @@ def two_tensor_class() -> type:
     return TwoTensor
 
 
-# Which custom autograd.Functions Dynamo inlined, from its record of the code it traced.
+# Which custom autograd.Functions Dynamo inlined, from its record of the code it traced; whether an op's backward
+# reads its result, from a trace of the op and its backward (Note [Which ops save their result]).
 from .dynamo_traced_code import inlined_autograd_functions  # noqa: E402, F401
+from .saved_for_backward import backward_reads_result  # noqa: E402, F401
 
 # The stock variants the comparison emulates (compare/strategies.py): AOTAutograd's output regeneration patched.
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402
