@@ -89,8 +89,10 @@ def multi_output_views_of_a_kept_eval_dropout(meta: GraphMeta, epilogue: set[fx.
 def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
     """A custom autograd.Function (or checkpointed region) whose forward returns an input or a view of one: eager
     returns a view of the input with the Function's own backward, which no compiled code reproduces. The program
-    is cut around the call, which runs in eager (Note [Segments] in segments.py)."""
-    for n in meta.nodes:
+    is cut around the call, which runs in eager (Note [Segments] in segments.py). A call nothing observes (no
+    output, write or random draw reads its result) is left in the core, where AOTAutograd drops it."""
+    live = _observed(meta)
+    for n in (n for n in meta.nodes if n in live or graph_ops.written_args(n)):
         if (what := graph_ops.runs_eagerly(n)) is not None and graph_ops.is_metadata_mutation(n):
             return _metadata_mutation_to_run_eagerly(n, what)
         if what is not None and graph_ops.written_args(n):  # ctx.mark_dirty: written in place and returned
@@ -109,6 +111,18 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
                 run_eagerly=True,
             )
     return None
+
+
+def _observed(meta: GraphMeta) -> set[fx.Node]:
+    """The nodes whose values reach the outputs, a write or an ordered effect (a random draw)."""
+    roots = [meta.output, *(n for n in meta.nodes if graph_ops.written_args(n) or graph_ops.has_ordered_effect(n))]
+    live: set[fx.Node] = set()
+    while roots:
+        n = roots.pop()
+        if n not in live:
+            live.add(n)
+            roots.extend(n.all_input_nodes)
+    return live
 
 
 def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:

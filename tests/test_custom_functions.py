@@ -184,6 +184,25 @@ def test_a_function_marking_its_input_dirty_runs_in_eager_between_compiled_segme
     assert_matches_eager(program, _compiled(program, entry), make_inputs)
 
 
+def dead_function_call_then_write(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    t0 = a.cos()
+    ReturnsItsInput.apply(b)  # nothing reads it (fuzzer s1291_142)
+    t0.mul_(2)  # cut around the call, this write would hit a value handed over, requiring grad: refused
+    return t0.unbind(0)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_function_call_nothing_observes_is_not_cut_around(entry: str) -> None:
+    """A Function returning an input whose result nothing reads has no effect eager would show: it stays in the
+    core, where AOTAutograd drops it, instead of forcing a cut that the later write refuses (a fallback before)."""
+
+    def make_inputs() -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(0)
+        return [torch.randn(2, 3, generator=gen, requires_grad=True), torch.randn(3, generator=gen, requires_grad=True)]
+
+    assert_matches_eager(dead_function_call_then_write, _compiled(dead_function_call_then_write, entry), make_inputs)
+
+
 def exp_then_marks_dirty(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     y = x.exp()  # exp's backward reads its result: eager saves y
     return MarksDirty.apply(y).unbind(0)  # ... and the Function writes it: eager's backward raises
