@@ -226,13 +226,13 @@ class FallbackKind(enum.Enum):
         "returns an input (eager returns a view of it",
     )
     INLINED_AUTOGRAD_FUNCTION = FallbackReason(
-        "a custom `autograd.Function` whose forward Dynamo inlined (no input required grad)",
+        "a custom `autograd.Function` whose forward Dynamo inlined (no input required grad), in a graph where the "
+        "input it returns could show: an output aliasing an input, a written input, a metadata mutation",
         "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns "
         "would be the input itself, where eager's is a view of it`",
-        "without grad Dynamo traces the forward as plain code, so the graph no longer says that eager's apply "
-        "returns an unchanged input as a view of it (`view_as`, even without grad); the replay would return the "
-        "input itself (fuzzer s52_376, where stock's output happened to be a view). Found through "
-        "`TracingContext.get_traced_code()`.",
+        "without grad Dynamo traces the forward as plain code: eager's apply returns an unchanged input as a view "
+        "of it (`view_as`), the replay the input itself (fuzzer s52_376, where stock's output was a view). Found "
+        "through `TracingContext.get_traced_code()`.",
         "capture.py",
         "Dynamo inlined the forward of autograd.Function",
     )

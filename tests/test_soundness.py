@@ -21,7 +21,7 @@ from torch import nn
 import predispatch_views as pv
 from predispatch_views import _torch_internals
 from predispatch_views.compare.fuzz_program import ReturnsInput, ScaledClone
-from tests.parity_utils import assert_same, observe, outcome
+from tests.parity_utils import assert_matches_eager, assert_same, observe, outcome
 
 
 def custom_function_returns_input(x: torch.Tensor) -> Any:  # class 1
@@ -654,7 +654,8 @@ def returns_input_kept_and_inlined(x: torch.Tensor, w: torch.Tensor, kept_first:
     else:
         b = ReturnsInput.apply(w)
         a = ReturnsInput.apply(x.sin())
-    return (*a.unbind(0), b)
+    w.add_(1)  # a written input: where the inlined identity may show (capture._identity_may_show)
+    return (*a.unbind(0), b.unsqueeze(0))
 
 
 @pytest.mark.parametrize("kept_first", [True, False])
@@ -669,6 +670,21 @@ def test_a_function_both_recorded_and_inlined_in_one_graph_falls_back(kept_first
     torch._dynamo.reset()
     stock = torch.compile(returns_input_kept_and_inlined, backend="aot_eager")(x, w, kept_first)
     assert [o._is_view() for o in actual] == [o._is_view() for o in stock]
+
+
+def inlined_identity_then_unbind(x: torch.Tensor) -> Any:
+    return ReturnsInput.apply(x.sin()).unbind(0)  # nothing requires grad: Dynamo inlines the forward
+
+
+def test_an_inlined_identity_that_cannot_show_keeps_the_replay() -> None:
+    """Eager's unbind outputs are views of sin's result through the Function's view_as; the replay's are views of
+    it directly: the same base, values and version counter. Only the Function's own result, returned, could show
+    the identity (capture._identity_may_show); this fell back before."""
+    assert_matches_eager(
+        inlined_identity_then_unbind,
+        torch.compile(inlined_identity_then_unbind, backend=pv.backend("aot_eager", strict=True)),
+        lambda: [torch.randn(2, 3, generator=torch.Generator().manual_seed(0))],
+    )
 
 
 def clone_function_without_grad(x: torch.Tensor) -> Any:
