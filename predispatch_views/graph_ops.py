@@ -195,6 +195,20 @@ def is_random(node: fx.Node) -> bool:
     return op is not None and torch.Tag.nondeterministic_seeded in op.tags
 
 
+def draws_random(node: fx.Node) -> bool:
+    """``is_random``, also for a torch-level call of Dynamo's graph (``torch.rand``, ``F.dropout``, ``x.uniform_``)."""
+    if is_random(node):
+        return True
+    if node.op not in ("call_function", "call_method") or _overload(node) is not None:
+        return False
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if not isinstance(name, str) or name.startswith("__"):
+        return False
+    packet = getattr(torch.ops.aten, name[:-1] if name.endswith("_") else name, None)
+    overloads = packet.overloads() if hasattr(packet, "overloads") else []
+    return any(torch.Tag.nondeterministic_seeded in getattr(packet, o).tags for o in overloads)
+
+
 def is_multi_output_view(node: fx.Node) -> bool:
     op = _overload(node)
     return is_view(node) and op is not None and isinstance(ti.schema_of(op).returns[0].type, torch.ListType)

@@ -13,6 +13,14 @@ it a (zero) tangent, and the compiled backward would write zeros into ``b.grad``
 ``detach(value)`` instead: it aliases the value as eager's detach does, needs no tangent, and the epilogue's
 own ``detach`` of it is eager's result (found by the fuzzer, s21_752).
 
+Note [Random draws nothing reads]
+Eager draws random numbers for a random call whose result nothing reads (``torch.rand(3)``, a dropout of a
+value never used): the generator moves on, and every later draw, the caller's next one included, sees the moved
+state. AOTAutograd drops such a call as dead code, so stock's later draws differ from eager's (Dynamo with
+``backend="eager"`` keeps them). The core returns each one, detached (no tangent, no gradient anywhere), as an
+extra output after those the epilogue reads; the runtime ignores it. (Inductor draws from its own generator
+either way.)
+
 Note [Independent parts of the core]
 Compiled as one function, the core is one autograd node: a backward through some of its outputs runs the whole
 compiled backward, which gives every input that requires grad a gradient (zeros where eager's graph never
@@ -105,7 +113,9 @@ def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | 
     for n in nodes:
         if n is not output and not is_epilogue[n]:
             env[n] = core_graph.node_copy(n, env.__getitem__)
-    core_graph.output(tuple(_detached_if_only_detached(core_graph, env[n], n) for n in core_outputs))
+    returned = [_detached_if_only_detached(core_graph, env[n], n) for n in core_outputs]
+    unread = _unread_draws([n for n in nodes if n in env], core_outputs)  # Note [Random draws nothing reads]
+    core_graph.output(tuple(returned + [_detached(core_graph, env[n]) for n in unread]))
 
     epilogue_graph = fx.Graph()
     sources: list[InputSource] = []
@@ -228,10 +238,33 @@ def _kind(n: fx.Node) -> str:
     return "ordered" if graph_ops.has_ordered_effect(n) else "op"
 
 
+def _unread_draws(core: list[fx.Node], outputs: list[fx.Node]) -> list[fx.Node]:
+    """Random calls of the core whose results reach no core output and no write: Note [Random draws nothing
+    reads]."""
+    live = {n for n in core if graph_ops.written_args(n)} | set(outputs)
+    stack = list(live)
+    while stack:
+        for i in stack.pop().all_input_nodes:
+            if i not in live:
+                live.add(i)
+                stack.append(i)
+    return [
+        n
+        for n in core
+        if n not in live
+        and graph_ops.draws_random(n)
+        and isinstance(n.meta.get("val", n.meta.get("example_value")), torch.Tensor)
+    ]
+
+
 def _detached_if_only_detached(graph: fx.Graph, value: fx.Node, original: fx.Node) -> fx.Node:
     """See Note [A base the epilogue only detaches]."""
     if not all(u.op == "call_function" and u.target is torch.ops.aten.detach.default for u in original.users):
         return value
+    return _detached(graph, value)
+
+
+def _detached(graph: fx.Graph, value: fx.Node) -> fx.Node:
     detached = graph.call_function(torch.ops.aten.detach.default, (value,))
     detached.meta = dict(value.meta)
     return detached

@@ -1230,3 +1230,29 @@ def test_an_input_the_core_does_not_differentiate_under_compiled_autograd() -> N
     actual = run(pv.backend("aot_eager"))
     assert expected[0] == actual[0] == ("ok", None)
     torch.testing.assert_close(actual[1], expected[1])
+
+
+def unread_draws_then_unbind(x: torch.Tensor) -> Any:
+    torch.rand(3)  # nothing reads it: eager still draws
+    y = x.sin()
+    F.dropout(y, 0.5, True)  # nor this one
+    return y.unbind(0)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_random_draws_nothing_reads_still_draw(entry: str) -> None:
+    """Note [Random draws nothing reads]: AOTAutograd drops them as dead code, so the caller's next draw saw another
+    generator state than eager's (the fuzzer's after_call probe, below the ceiling, which keeps them)."""
+    compiled = _compiled_by(entry, unread_draws_then_unbind)
+
+    def next_draw(fn: Callable[..., Any]) -> tuple[torch.Tensor, ...]:
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        torch.manual_seed(0)
+        outs = fn(x)
+        return (*outs, torch.rand(4))
+
+    next_draw(compiled)  # compile first: its traces must not count
+    actual, expected = next_draw(compiled), next_draw(unread_draws_then_unbind)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+    assert [o._is_view() for o in actual[:2]] == [True, True]
