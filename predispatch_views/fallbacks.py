@@ -363,16 +363,16 @@ class FallbackKind(enum.Enum):
         "the function writes an alias of it",
     )
 
-    ALIASED_INPUTS_REJECTED = FallbackReason(
-        "a graph whose inputs share storage (views an earlier graph returned) that the inner backend fails to "
-        "compile: it runs uncompiled",
-        "`the inner backend raised <error> on inputs that share storage (the views an earlier graph returned): the "
-        "graph runs uncompiled`",
-        "only the prototype hands the next graph eager's aliased views; AOTAutograd's synthetic-base path raises on "
-        'some (2.13, dynamic shapes; s62_92). Uncompiled is Dynamo with `backend="eager"`; Note [Aliased inputs '
-        "the inner backend rejects].",
+    INNER_BACKEND_REJECTED = FallbackReason(
+        "a graph the inner backend fails to compile where eager runs it (inputs sharing storage, views an earlier "
+        "graph returned; a version-counter error eager raises only in backward): it runs uncompiled",
+        "`the inner backend raised <error> on inputs that share storage (...)` or `... while tracing the backward, "
+        "an error eager raises only if a backward reaches it (...)`; then `the graph runs uncompiled`",
+        'uncompiled is Dynamo with `backend="eager"`, eager\'s own behaviour (Note [Graphs the inner backend '
+        "rejects]): AOTAutograd's synthetic-base path raises on aliased inputs only the prototype hands over "
+        "(2.13, dynamic shapes; s62_92), and its joint trace raises eager's backward error at compile time.",
         "inner_backend.py",
-        "on inputs that share storage",
+        "the graph runs uncompiled (Note [Graphs the inner",
     )
 
     INTERNAL_ERROR = FallbackReason(

@@ -49,15 +49,19 @@ def inner_or_uncompiled(
     inner_fn: Callable[..., Any],
     strict: bool,
 ) -> Callable[..., Any]:
-    """Dynamo's graph compiled by the inner backend, or run uncompiled where that raises on inputs that share
-    storage.
+    """Dynamo's graph compiled by the inner backend, or run uncompiled where that raises and eager would not.
 
-    Note [Aliased inputs the inner backend rejects]
-    Stock's own compile errors are the user's. But an earlier graph the prototype replayed returns real views,
-    where stock returns fresh tensors, so the next graph can receive inputs that share storage, which it never
-    does under stock. AOTAutograd's synthetic-base path has bugs there (torch 2.13, dynamic shapes: "Cannot
-    call numel() on tensor with symbolic sizes/strides" in compute_overlapping_inputs; fuzzer s62_92). Running
-    Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
+    Note [Graphs the inner backend rejects]
+    Stock's own compile errors are the user's, except where eager runs the graph:
+    - Inputs that share storage. An earlier graph the prototype replayed returns real views, where stock returns
+      fresh tensors, so the next graph can receive inputs that share storage, which it never does under stock.
+      AOTAutograd's synthetic-base path has bugs there (torch 2.13, dynamic shapes: "Cannot call numel() on
+      tensor with symbolic sizes/strides" in compute_overlapping_inputs; fuzzer s62_92).
+    - Autograd's version-counter error ("one of the variables needed for gradient computation has been modified
+      by an inplace operation"): AOTAutograd traces the backward at compile time and meets, for every program,
+      the error eager raises only when a backward reaches that node (``t0 = a.tanh(); t0.uniform_()``, fuzzer
+      s1101_80). Eager's forward runs; so does Dynamo's graph uncompiled, and its backward raises eager's error.
+    Running Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
     """
     try:
         return inner_fn(graph, list(example_inputs))
@@ -65,18 +69,26 @@ def inner_or_uncompiled(
         raise
     except Exception as e:
         groups = input_alias_groups(example_inputs)
-        if strict or len(set(groups)) == len(groups):
+        if strict:
+            raise
+        if len(set(groups)) != len(groups):
+            why = "on inputs that share storage (the views an earlier graph returned)"
+        elif _BACKWARD_ERROR in str(e):
+            why = "while tracing the backward, an error eager raises only if a backward reaches it"
+        else:
             raise
         reason = (
-            f"the inner backend raised {type(e).__name__} on inputs that share storage (the views an earlier "
-            f"graph returned): the graph runs uncompiled (Note [Aliased inputs the inner backend rejects]): "
-            f"{first_line(e)}"
+            f"the inner backend raised {type(e).__name__} {why}: the graph runs uncompiled (Note [Graphs the inner "
+            f"backend rejects]): {first_line(e)}"
         )
         log.info("%s [in %s]", reason, graph_label(graph))
         FALLBACKS.append((graph_label(graph), reason))
         if result.fallback is None:
-            result.fallback = Fallback(FallbackKind.ALIASED_INPUTS_REJECTED, reason)
+            result.fallback = Fallback(FallbackKind.INNER_BACKEND_REJECTED, reason)
         return graph.forward
+
+
+_BACKWARD_ERROR = "one of the variables needed for gradient computation has been modified by an inplace operation"
 
 
 def cpu_seconds() -> float:

@@ -1256,3 +1256,40 @@ def test_random_draws_nothing_reads_still_draw(entry: str) -> None:
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e)
     assert [o._is_view() for o in actual[:2]] == [True, True]
+
+
+def writes_a_result_tanh_saved(a: torch.Tensor) -> Any:  # fuzzer s1101_80
+    t0 = a.tanh()
+    t0.mul_(2)  # tanh saved its result: eager's backward raises, its forward runs
+    return t0.unbind(0)
+
+
+def writes_a_result_tanh_saved_no_views(a: torch.Tensor) -> Any:
+    t0 = a.tanh()
+    t0.mul_(2)
+    return (t0.sum(),)
+
+
+@pytest.mark.parametrize("program", [writes_a_result_tanh_saved, writes_a_result_tanh_saved_no_views])
+def test_a_graph_whose_backward_trace_raises_eagers_backward_error_runs_uncompiled(program: Any) -> None:
+    """Note [Graphs the inner backend rejects]: AOTAutograd traces the backward at compile time and raises there
+    the version-counter error eager raises only in backward, so stock's compile fails where eager's forward runs.
+    The graph runs uncompiled, as Dynamo with backend="eager": eager's outputs, and eager's error in backward."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        a = torch.randn(2, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        outs = fn(a)
+        return [o.detach() for o in outs], outcome(
+            lambda: torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+        )
+
+    pv.FALLBACKS.clear()
+    actual = run(torch.compile(program, backend=pv.backend("aot_eager")))
+    assert any("the graph runs uncompiled" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
+    expected = run(program)
+    for a, e in zip(actual[0], expected[0]):
+        torch.testing.assert_close(a, e)
+    assert actual[1] == expected[1] and actual[1][0] == "raised", (actual[1], expected[1])
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="modified by an inplace operation"):
+        run(torch.compile(program, backend="aot_eager"))  # stock

@@ -329,7 +329,7 @@ def out_into_a_base_with_its_view(t0: torch.Tensor, t1: torch.Tensor, c: torch.T
 
 
 def test_aliased_inputs_the_inner_backend_rejects_run_uncompiled() -> None:
-    # Note [Aliased inputs the inner backend rejects]: the graph runs as backend="eager" would, logged.
+    # Note [Graphs the inner backend rejects]: the graph runs as backend="eager" would, logged.
     def make_inputs() -> tuple[torch.Tensor, ...]:
         c = _randn(2, 1)
         return _randn(2, 2), c[0:2], c
