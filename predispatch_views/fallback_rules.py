@@ -91,7 +91,7 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
     returns a view of the input with the Function's own backward, which no compiled code reproduces. The program
     is cut around the call, which runs in eager (Note [Segments] in segments.py). A call nothing observes (no
     output, write or random draw reads its result) is left in the core, where AOTAutograd drops it."""
-    live = _observed(meta)
+    live = _observed(meta) if any(graph_ops.runs_eagerly(n) for n in meta.nodes) else set()
     for n in (n for n in meta.nodes if n in live or graph_ops.written_args(n)):
         if (what := graph_ops.runs_eagerly(n)) is not None and graph_ops.is_metadata_mutation(n):
             return _metadata_mutation_to_run_eagerly(n, what)
