@@ -1,7 +1,7 @@
 """The pytest plugin the PyTorch-test runner (``pytorch_tests.py``) loads with ``-p`` into every pytest process
 (from this folder, put on PYTHONPATH: see __init__.py).
 
-It is driven by environment variables the runner sets, and does five things:
+It is driven by environment variables the runner sets, and does six things:
 
 - writes one JSON line per event to ``$PREDISPATCH_VIEWS_PT_LOG``: the collected test ids (collection runs), a
   ``start`` line before each test and an ``end`` line with its outcome after it, each flushed at once, so that
@@ -16,12 +16,20 @@ It is driven by environment variables the runner sets, and does five things:
   ``predispatch_views.backend(name)``: the same inner backend as stock;
 - for the ``prototype`` strategy in the ``swapped`` mode, routes the test file's own compile entry points through
   the prototype (predispatch_views_pt_swap.py) and logs per test how often the prototype compiled or ran
-  (``reached``).
+  (``reached``);
+- collects garbage after each test, under every strategy. Torch 2.13's compiled autograd enters a compile
+  context when a capture begins (``AutogradCompilerInstance.begin_capture``) and leaves it only when the capture
+  ends: a capture that raises (``torch.compile does not currently support higher order gradients``) leaves it
+  set, and the context manager's cleanup, run whenever the garbage collector reaches it, resets Dynamo's context
+  to what it was then, possibly inside a later test's compile: ``AssertionError: compile_context is not set``,
+  order-dependent (test_autograd.py's ``test_pyscalar_conversions_cpu`` after ``test_inplace_on_view_gradcheck_cpu``
+  in one shard). Collected between tests, the reset happens where no compile runs.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import sys
@@ -168,6 +176,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         # assertExpectedInline's mismatch (expecttest): the test compares graph text, not behaviour.
         graph_text = "EXPECTTEST_ACCEPT" in str(report.longrepr)
         state.update(outcome="failed", error=where + _error_text(report), graph_text=graph_text)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    gc.collect()  # see the module docstring: a compile context compiled autograd left set is reset here
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
