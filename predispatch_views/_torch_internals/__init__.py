@@ -84,7 +84,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch.fx.experimental.proxy_tensor.make_fx(tracing_mode='fake') of an op and its autograd.grad, meta-device "
     "inputs (saved_for_backward.py)": _BOTH,
     "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
-    "(dynamo_traced_code.py; without it every traced forward counts as inlined)": ("2.13.0",),
+    "(dynamo_traced_code.py; without it every traced forward counts as inlined)": _BOTH,
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
     "torch._inductor.compile_fx.compile_fx": _BOTH,
     "torch._TorchCompileInductorWrapper.__call__": _BOTH,
