@@ -14,6 +14,7 @@ from torch import fx
 from torch.overrides import TorchFunctionMode
 
 from . import _torch_internals as ti
+from . import graph_ops
 from .capture import UnsupportedCapture, record_custom_function
 from .fallbacks import Fallback, FallbackKind
 
@@ -63,8 +64,21 @@ def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[to
         # (``torch.manual_seed``, ``set_rng_state``): the trace records no such call (OpInfo's wrapper_set_seed).
         torch.set_rng_state(rng_state)
         raise UnsupportedCapture(_SETS_RNG)
+    _refuse_writes_to_overlapping_memory(gm)
     lifted = _lift_constants(gm, watch.real_of)
     return FunctionCapture(gm, fake_mode, fakes, lifted)
+
+
+def _refuse_writes_to_overlapping_memory(gm: fx.GraphModule) -> None:
+    """Eager's in-place kernels refuse a target whose elements share memory (``a.expand(3, 1).mul_(-1)``); fake
+    tensors do not check, and functionalization turns the write into an op and a copy that never meet the check,
+    so the compiled function would run where eager raises (fuzzer s1203_4). Raised here, the function runs
+    eagerly, and eager raises its own error."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and graph_ops.is_data_mutation(n):
+            for w in graph_ops.written_args(n):
+                if isinstance(v := w.meta.get("val"), torch.Tensor) and ti.has_internal_overlap(v):
+                    raise RuntimeError(f"{graph_ops.op_name(n)} writes {w.name}, whose elements share memory")
 
 
 def _lift_constants(gm: fx.GraphModule, real_of: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:

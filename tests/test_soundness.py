@@ -1293,3 +1293,52 @@ def test_a_graph_whose_backward_trace_raises_eagers_backward_error_runs_uncompil
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="modified by an inplace operation"):
         run(torch.compile(program, backend="aot_eager"))  # stock
+
+
+def writes_an_expanded_input_under_no_grad(a: torch.Tensor) -> Any:  # fuzzer s1203_4
+    t0 = a.expand(3, 1)
+    with torch.no_grad():
+        t0.mul_(-1.0)  # eager refuses: more than one element of the written-to tensor refers to one location
+    return a.add(1.0).unbind(0)
+
+
+def test_compile_function_raises_eagers_error_on_a_write_to_overlapping_memory() -> None:
+    """Fake tensors do not check internal overlap, and functionalization turned the write into an op and a copy
+    that never meet eager's check: compile_function ran where eager raises (stock's Dynamo raises as eager). The
+    capture now refuses it, so the function runs eagerly and raises eager's error."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        return outcome(lambda: fn(torch.randn(1, 1, generator=torch.Generator().manual_seed(0))))
+
+    expected = run(writes_an_expanded_input_under_no_grad)
+    actual = run(pv.compile_function(writes_an_expanded_input_under_no_grad, inner="aot_eager"))
+    assert expected[0] == "raised" and actual == expected, (actual, expected)
+
+
+def min_cut_saves_a_replayed_views_base(a: torch.Tensor) -> Any:  # fuzzer s1295_221
+    t0 = a.cos()
+    t1 = t0.expand_as(t0)  # replayed: a view of the core's output t0
+    t3 = t1.clone().sigmoid()
+    t5 = (a - t1) * a
+    t5.copy_(t0)
+    return (t3, t1, t5)
+
+
+@pytest.mark.xfail(strict=True, reason="open: the min-cut partitioner saves the core output t0 (eager saves sub)")
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_write_to_a_replayed_view_whose_base_the_partitioner_saved(entry: str) -> None:
+    """Open (found by seed 1295, present on the session's starting engine too): aot_eager's min-cut partitioner
+    saves ``t0 = a.cos()``, which the core returns as the base of the replayed ``expand_as``, where eager's
+    ``MulBackward0`` saved ``a - t1``; the caller's ``t1.mul_(2)`` bumps ``t0``'s version and the compiled backward
+    raises where eager's runs. Stock returns ``t1`` as no view, so its write reaches nothing saved."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        a = torch.randn(2, 2, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        outs = fn(a)
+        outs[1].mul_(2)
+        return outcome(lambda: torch.autograd.backward(outs, [torch.ones(2, 2)] * 3)), a.grad
+
+    expected = run(min_cut_saves_a_replayed_views_base)
+    actual = run(_compiled_by(entry, min_cut_saves_a_replayed_views_base))
+    assert actual[0] == expected[0] == ("ok", None)
+    torch.testing.assert_close(actual[1], expected[1])

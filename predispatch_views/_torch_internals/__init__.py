@@ -83,6 +83,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._guards.TracingContext: try_get, tensor_to_context, get_traced_code": _BOTH,
     "torch.fx.experimental.proxy_tensor.make_fx(tracing_mode='fake') of an op and its autograd.grad, meta-device "
     "inputs (saved_for_backward.py)": _BOTH,
+    "torch._debug_has_internal_overlap (has_internal_overlap)": ("2.13.0",),
     "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
     "(dynamo_traced_code.py; without it every traced forward counts as inlined)": _BOTH,
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
@@ -165,6 +166,11 @@ def is_inplace_view_op_name(name: str) -> bool:
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         return False
     return any(torch.Tag.inplace_view in getattr(packet, overload).tags for overload in packet.overloads())
+
+
+def has_internal_overlap(t: torch.Tensor) -> bool:
+    """Whether some elements of ``t`` share memory (an ``expand``): eager's in-place kernels refuse to write it."""
+    return torch._debug_has_internal_overlap(t) == 1  # MemOverlap::Yes (2, TooHard, eager lets through)
 
 
 def torch_function_disabled() -> contextlib.AbstractContextManager[None]:
