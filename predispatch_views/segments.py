@@ -128,6 +128,10 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
         ]
         if (reason := _eager_write_refused(meta, at, groups[0][1])) is not None:
             return reason
+        if restricted := [i.name for i in at.all_input_nodes if _restricted_view(meta, i)]:
+            # Eager's call reads a view autograd forbids rebasing; the segment before may hand over a tensor the
+            # caller can write, and the call's view of it then raises on its grad_fn (fuzzer s1203_834).
+            return f"the call reads {', '.join(restricted)}, a restricted view"
     else:
         end = _end_of_grad_mode_region(meta, at)
         if end is None:

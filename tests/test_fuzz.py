@@ -628,3 +628,20 @@ def test_s1202_698_under_compiled_autograd() -> None:
     stock = classify(reference, run_program(program, by_label["stock[aot_eager,compiled_autograd]"]))
     prototype = classify(reference, run_program(program, by_label["prototype[aot_eager,compiled_autograd]"]))
     assert violated_rule(prototype, stock) is None, prototype.describe()
+
+
+@pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
+def test_s1203_834_a_function_reading_a_restricted_view_is_not_cut_around(label: str) -> None:
+    """s1203_834 (compile_function on aae181e; the backend too once it ran such Functions in eager): ``t3`` is an
+    eval dropout of a ``split`` output (eager: that output itself, which refuses in-place writes), and
+    ``ReturnsInput.apply(t3)`` ran in eager between segments on the tensor the segment before handed over, which
+    the caller could write; the Function's view of it then raised on its grad_fn where stock runs. A call that
+    reads a restricted view is not cut around: the program falls back."""
+    from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
+
+    program = generate(1203, 834, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    stock = classify(reference, run_program(program, by_label["stock[aot_eager]"]))
+    prototype = classify(reference, run_program(program, by_label[label]))
+    assert violated_rule(prototype, stock) is None, prototype.describe()
