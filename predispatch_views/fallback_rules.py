@@ -115,14 +115,8 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
 
 def _observed(meta: GraphMeta) -> set[fx.Node]:
     """The nodes whose values reach the outputs, a write or an ordered effect (a random draw)."""
-    roots = [meta.output, *(n for n in meta.nodes if graph_ops.written_args(n) or graph_ops.has_ordered_effect(n))]
-    live: set[fx.Node] = set()
-    while roots:
-        n = roots.pop()
-        if n not in live:
-            live.add(n)
-            roots.extend(n.all_input_nodes)
-    return live
+    effects = (n for n in meta.nodes if graph_ops.written_args(n) or graph_ops.has_ordered_effect(n))
+    return graph_ops.reaching([meta.output, *effects])
 
 
 def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -193,6 +194,17 @@ def is_random(node: fx.Node) -> bool:
     """An op that draws from the RNG (uniform_, bernoulli_, dropout_...): replaying it in eager draws again."""
     op = _overload(node)
     return op is not None and torch.Tag.nondeterministic_seeded in op.tags
+
+
+def reaching(roots: Iterable[fx.Node]) -> set[fx.Node]:
+    """``roots`` and every node they read, transitively (what a liveness question keeps)."""
+    live: set[fx.Node] = set()
+    stack = list(roots)
+    while stack:
+        if (n := stack.pop()) not in live:
+            live.add(n)
+            stack.extend(n.all_input_nodes)
+    return live
 
 
 def draws_random(node: fx.Node) -> bool:

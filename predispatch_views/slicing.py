@@ -241,13 +241,7 @@ def _kind(n: fx.Node) -> str:
 def _unread_draws(core: list[fx.Node], outputs: list[fx.Node]) -> list[fx.Node]:
     """Random calls of the core whose results reach no core output and no write: Note [Random draws nothing
     reads]."""
-    live = {n for n in core if graph_ops.written_args(n)} | set(outputs)
-    stack = list(live)
-    while stack:
-        for i in stack.pop().all_input_nodes:
-            if i not in live:
-                live.add(i)
-                stack.append(i)
+    live = graph_ops.reaching([*outputs, *(n for n in core if graph_ops.written_args(n))])
     return [
         n
         for n in core
