@@ -66,6 +66,9 @@ class EpilogueSelection:
     externals: tuple[fx.Node, ...]
     # An external that is a data mutation of a graph input resolves to the input itself (mutated by the core).
     resolved: dict[fx.Node, fx.Node]
+    # Core nodes the compiled backward recomputes rather than saves (Note [Bases the compiled backward must not
+    # save] in output_rules.py).
+    recompute: frozenset[fx.Node] = frozenset()
 
 
 def select_epilogue(
@@ -166,7 +169,8 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
         return fallback
     if (fallback := output_rules.core_writes_through_a_view(meta, epilogue, externals)) is not None:
         return fallback
-    return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved)
+    recompute = output_rules.bases_to_recompute(meta, epilogue, duplicated, externals)
+    return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved, recompute)
 
 
 def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node]:

@@ -44,6 +44,7 @@ import torch
 from torch import fx
 
 from . import _torch_internals as ti
+from . import output_rules
 from .functionalize import EPILOGUE_TAG
 from .slicing import SlicedProgram, slice_graph
 
@@ -107,7 +108,8 @@ def slice_dynamo_graph(
     whole = not differentiable or not all(isinstance(_value(p), torch.Tensor) for p in _placeholders(nodes))
     if not whole and (why := _independent_parts(nodes, epilogue - duplicated, sizes, crossing)) is not None:
         return why
-    executable = ti.lazy_graph_module(gm, _tagged(gm.graph, epilogue, linear_views, sizes | duplicated))
+    recompute = output_rules.dynamo_bases_to_recompute(nodes, epilogue, crossing)
+    executable = ti.lazy_graph_module(gm, _tagged(gm.graph, epilogue, linear_views, sizes | duplicated, recompute))
     return slice_graph(executable, None)
 
 
@@ -310,10 +312,13 @@ def _independent_parts(
     return None
 
 
-def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node], copied: set[fx.Node]) -> fx.Graph:
+def _tagged(
+    graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node], copied: set[fx.Node], recompute: set[fx.Node]
+) -> fx.Graph:
     """A copy of Dynamo's graph with the epilogue tagged, its method calls as calls of ``torch.Tensor``'s methods
     (the runtime's generated code calls functions), each linear view split into its ``addmm`` and its ``view``
-    (Note [The view inside a linear]), and each size or view that both read copied into each."""
+    (Note [The view inside a linear]), each size or view that both read copied into each, and the core's copies of
+    ``recompute`` tagged for recomputation (Note [Bases the compiled backward must not save] in output_rules.py)."""
     copy = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     replayed: dict[fx.Node, fx.Node] = {}  # the epilogue's copy of a node in ``copied``
@@ -324,6 +329,8 @@ def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node],
     for n in graph.nodes:
         if n in copied:  # a size or a view the core reads too: a copy in each
             env[n] = copy.node_copy(n, env.__getitem__)
+            if n in recompute:
+                ti.mark_must_recompute(env[n])
             replayed[n] = copy.node_copy(n, in_epilogue)
             _tag(replayed[n])
             continue
@@ -338,6 +345,8 @@ def _tagged(graph: fx.Graph, epilogue: set[fx.Node], linear_views: set[fx.Node],
         new = copy.node_copy(n, in_epilogue if n in epilogue or n.op == "output" else env.__getitem__)
         if n in epilogue:
             _tag(new)
+        elif n in recompute:
+            ti.mark_must_recompute(new)
         env[n] = new
     return copy
 

@@ -141,53 +141,50 @@ def may_return_self(node: fx.Node) -> bool:
     return (value.storage_offset(), value.shape, value.stride()) == geometry  # symbolic sizes: no hashing
 
 
-# Ops whose derivative is constant: their backward reads no input value, so nothing is saved for it.
-_LINEAR = {
-    "add",
-    "sub",
-    "neg",
-    "clone",
-    "sum",
-    "mean",
-    "cat",
-    "stack",
-    "_to_copy",
-    "contiguous",
-    "zeros_like",
-    "ones_like",
-    "empty_like",
-    "detach",
-    "alias",
-}
-
-
 def backward_reads_no_input(node: fx.Node) -> bool:
-    op = _overload(node)
-    if op is None:
-        return False
-    name = _name(op).rstrip("_")  # add_ is add
-    if name in _LINEAR:
-        return True
-    tensors = [isinstance(a, fx.Node) for a in node.args]
-    if name == "mul":  # by a number
-        return sum(tensors) == 1
-    if name == "div":  # a tensor by a number
-        return tensors[:1] == [True] and sum(tensors) == 1
-    return False
+    """An ATen call whose backward reads no value, neither an input nor its result (``add``, ``mul`` by a number,
+    ``sum``, ``cat``...): nothing is saved for it. Asked of torch (Note [Which ops save their result])."""
+    saved = saved_by_backward(node) if _overload(node) is not None else None
+    return saved is not None and not saved[0] and not saved[1]
 
 
 def backward_reads_its_result(node: fx.Node) -> bool:
     """An ATen call whose backward reads its output: eager saves it (Note [Which ops save their result] in
     _torch_internals/saved_for_backward.py, asked of torch rather than of a table). False for any other call."""
-    op = _overload(node)
-    if op is None:
-        return False
+    saved = saved_by_backward(node) if _overload(node) is not None else (set(), False)
+    return saved is None or saved[1]
+
+
+def saved_by_backward(node: fx.Node) -> tuple[set[fx.Node], bool] | None:
+    """The arguments a call's backward reads, and whether it reads its result; None where unknown. An ATen call,
+    or a torch-level call of Dynamo's graph (a function or a ``torch.Tensor`` method)."""
+    reads = _backward_reads(node)
+    if reads is None:
+        return None
+    leaves = ti.tree_leaves((node.args, node.kwargs))
+    return {leaves[k] for k in reads.inputs if isinstance(leaves[k], fx.Node)}, reads.result
+
+
+def draws_random_in_its_trace(node: fx.Node) -> bool:
+    """A call that draws random numbers, asked of its trace (torch-level calls have no tags); True where unknown."""
+    reads = _backward_reads(node)
+    return reads is None or reads.random
+
+
+def _backward_reads(node: fx.Node) -> Any:
+    op: Any = _overload(node)
+    if op is None and node.op == "call_method":
+        op = getattr(torch.Tensor, str(node.target), None)
+    elif op is None and node.op == "call_function" and node.target is not operator.getitem:
+        op = node.target
+    if op is None or not callable(op):
+        return None
     args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _example_value)
-    return ti.backward_reads_result(op, args, kwargs)
+    return ti.backward_reads(op, args, kwargs)
 
 
 def _example_value(a: Any) -> Any:
-    return a.meta.get("val") if isinstance(a, fx.Node) else a
+    return a.meta.get("val", a.meta.get("example_value")) if isinstance(a, fx.Node) else a
 
 
 def is_random(node: fx.Node) -> bool:

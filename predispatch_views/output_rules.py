@@ -1,8 +1,22 @@
 """Stage 2b, continued: the fallback rules about what the compiled core returns (fallback_rules.py has the rest).
 A core output must come back from AOTAutograd as eager made it: a plain tensor, or an alias the epilogue
-recreates with eager's own view call."""
+recreates with eager's own view call.
+
+Note [Bases the compiled backward must not save]
+The core returns each base the epilogue views, so the caller can reach it: a write to a replayed view
+(``t1 = t0.expand_as(t0); t1.mul_(2)``) bumps the base's version counter, as in eager. Eager's backward raises on
+that write only where it saved a value of the base's storage. The min-cut partitioner is free to save a core
+output in place of what eager saved (``t0 = a.cos()`` instead of ``a - t1``, since ``t0`` is an output anyway), and
+its backward then raised where eager's runs (fuzzer s1295_221, a crash where stock runs: stock returns ``t1`` as
+no view). Where eager's backward reads no value of the base's storage (asked of torch per call: Note [Which ops
+save their result]), the core's nodes of that storage are tagged for recomputation, as activation checkpointing
+tags them, so the compiled backward saves none of them. Where eager does read one, eager raises too, and the tag
+would only hide it. A random draw is never tagged: recomputed, it would draw again.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import fx
@@ -71,6 +85,61 @@ def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], external
                     "AOTAutograd would return it as an alias of its own base",
                 )
     return None
+
+
+def bases_to_recompute(
+    meta: GraphMeta, epilogue: set[fx.Node], duplicated: set[fx.Node], externals: list[fx.Node]
+) -> frozenset[fx.Node]:
+    """Note [Bases the compiled backward must not save]: the core's copies of each base the epilogue views whose
+    value eager's backward never reads, unless recomputing it would draw random numbers again."""
+    marked: set[fx.Node] = set()
+
+    def recorded(n: fx.Node) -> bool:
+        return n in meta.requires_grad and n not in meta.no_grad
+
+    for base in externals:
+        root = meta.root[base]
+        if base not in meta.requires_grad or root.op == "placeholder" or not any(u in epilogue for u in base.users):
+            continue
+        family = {n for n in meta.nodes if meta.root.get(n) is root}
+        if not any(graph_ops.is_random(n) for n in family) and not _eager_saves_any(meta.nodes, family, recorded):
+            marked |= {n for n in family if n not in epilogue or n in duplicated}
+    return frozenset(marked)
+
+
+def dynamo_bases_to_recompute(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: list[fx.Node]) -> set[fx.Node]:
+    """The same for Dynamo's own graph (dynamo_slice.py: no mutation, no crossing value aliasing another): each
+    crossing value the epilogue views, with the views of it the core computes too."""
+
+    def recorded(n: fx.Node) -> bool:
+        value = n.meta.get("example_value")
+        return isinstance(value, torch.Tensor) and value.requires_grad
+
+    marked: set[fx.Node] = set()
+    for base in crossing:
+        if base.op == "placeholder" or not recorded(base) or not any(u in epilogue for u in base.users):
+            continue
+        family = {base}
+        for n in nodes:  # the views of it (all in the epilogue; the core's copies share the tag)
+            if n in epilogue and n.args and n.args[0] in family:
+                family.add(n)
+        if not graph_ops.draws_random_in_its_trace(base) and not _eager_saves_any(nodes, family, recorded):
+            marked |= family
+    return marked
+
+
+def _eager_saves_any(nodes: list[fx.Node], family: set[fx.Node], recorded: Callable[[fx.Node], bool]) -> bool:
+    """Whether eager's backward reads a value of ``family`` (one storage): a recorded call whose backward reads an
+    argument in it, or produces a value in it and reads its result. Unknown calls count as reading it."""
+    for n in nodes:
+        if n.op not in ("call_function", "call_method") or not recorded(n) or graph_ops.is_view_getitem(n):
+            continue
+        if n not in family and not any(i in family for i in n.all_input_nodes):
+            continue
+        saved = graph_ops.saved_by_backward(n)
+        if saved is None or saved[0] & family or (saved[1] and n in family):
+            return True
+    return False
 
 
 # Views whose functional inverse is a scatter into a fresh tensor (slice_scatter, select_scatter...).

@@ -49,7 +49,7 @@ V1_WOULD_NOT_NEED: dict[str, tuple[str, ...]] = {
         "_VIEW_FN_VIEWS",
     ),
     "analysis.py": ("_tainted", "_select.recomputable"),
-    "graph_ops.py": ("_READS_RESULT", "backward_reads_its_result"),
+    "graph_ops.py": ("backward_reads_its_result",),
 }
 # Fallback kinds (predispatch_views/fallbacks.py) that only a replayed mutation can raise.
 V1_WOULD_NOT_NEED_KINDS = (

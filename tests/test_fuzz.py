@@ -613,13 +613,19 @@ def test_the_process_runner_resumes_after_the_programs_a_killed_run_left(
 
 
 @pytest.mark.xfail(
-    strict=True, reason="open: s1202_698, an internal assert in the second backward under compiled autograd"
+    strict=True, reason="open: s1202_698, torch 2.13's compiled autograd asserts on a released CopySlices"
 )
 def test_s1202_698_under_compiled_autograd() -> None:
-    """Open (seeds 1201-1203 on aae181e; still on this session's final engine): under compiled autograd, a second
-    backward through a replayed ``narrow`` of a core output (``t3 = b.sum(1)``, the core cut into independent
-    parts) hits torch's internal assert ``(bool)fn`` (autograd/functions/tensor.cpp) where eager, eager under
-    compiled autograd and stock raise "backward through the graph a second time"."""
+    """Open (seeds 1201-1203 on aae181e): under compiled autograd, a second backward (no retain_graph) through
+    ``t3 = b.sum(1)`` hits torch's internal assert ``(bool)fn`` (autograd/functions/tensor.cpp) where eager raises
+    "backward through the graph a second time". The cause is torch's: compiled autograd collects every node
+    reachable before running any, and a ``CopySlices`` whose first backward released its function asserts there;
+    eager under compiled autograd asserts the same way on ``y = x * 2; v = y.view(9); v.add_(1); v.sum()``
+    backwarded twice. The prototype reaches one because the graph after the graph break has no view output and
+    goes whole to the inner backend, as stock's does: ``t3`` and ``t2 = t1 @ t1.t()`` share one compiled node,
+    and ``t1``'s history holds the ``CopySlices`` of the replayed ``t1.add_`` (eager's own, where stock compiles
+    the write away). Eager's ``t3`` does not reach it. A fix would cut graphs without view outputs into
+    independent parts too (Note [Independent parts of the core]), a change to every such graph."""
     from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
 
     program = generate(1202, 698, ALL)

@@ -81,8 +81,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._dynamo.backends.registry: lookup_backend, register_backend, _COMPILER_FNS, _BACKENDS, "
     "_discover_entrypoint_backends": _BOTH,
     "torch._guards.TracingContext: try_get, tensor_to_context, get_traced_code": _BOTH,
-    "torch.fx.experimental.proxy_tensor.make_fx(tracing_mode='fake') of an op and its autograd.grad, meta-device "
-    "inputs (saved_for_backward.py)": _BOTH,
+    "torch.fx.experimental.proxy_tensor.make_fx(tracing_mode='real') of an op and its autograd.grad, meta-device "
+    "inputs, under torch._subclasses.fake_tensor.unset_fake_temporarily (saved_for_backward.py)": _BOTH,
     "torch._debug_has_internal_overlap (has_internal_overlap)": ("2.13.0",),
     "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
     "(dynamo_traced_code.py; without it every traced forward counts as inlined)": _BOTH,
@@ -98,6 +98,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._C.DisableTorchFunction (record_opaque_call, torch_function_disabled)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
+    "node.meta['recompute'] = CheckpointPolicy.MUST_RECOMPUTE honoured by the min-cut partitioner "
+    "(mark_must_recompute)": ("2.13.0",),
     "torch._dynamo.exc.RestartAnalysis (DYNAMO_RESTARTS)": _BOTH,
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
     "torch._dynamo.compiled_autograd._enable": _BOTH,
@@ -389,10 +391,10 @@ def two_tensor_class() -> type:
     return TwoTensor
 
 
-# Which custom autograd.Functions Dynamo inlined, from its record of the code it traced; whether an op's backward
-# reads its result, from a trace of the op and its backward (Note [Which ops save their result]).
+# Which custom autograd.Functions Dynamo inlined (from its traced-code record); what an op's backward reads (Note
+# [Which ops save their result]); the partitioner's recompute tag.
 from .dynamo_traced_code import inlined_autograd_functions  # noqa: E402, F401
-from .saved_for_backward import backward_reads_result  # noqa: E402, F401
+from .saved_for_backward import backward_reads, backward_reads_result, mark_must_recompute  # noqa: E402, F401
 
 # The stock variants the comparison emulates (compare/strategies.py): AOTAutograd's output regeneration patched.
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402

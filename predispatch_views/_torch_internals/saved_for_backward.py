@@ -4,21 +4,24 @@ a joint graph, instead of a hand-written table of derivative formulas.
 Note [Which ops save their result]
 Eager saves an op's output for backward where its derivative formula reads ``result`` (derivatives.yaml:
 ``tanh``, ``exp``, ``sigmoid``, ``tan``, ``amax``, ``std``...). A compiled region saves it there too, and a later
-in-place write to it then makes the backward raise. ``backward_reads_result`` traces ``op`` on fake inputs of the
+in-place write to it then makes the backward raise. ``backward_reads`` traces ``op`` on meta tensors of the
 call's shapes and dtypes, every floating input requiring grad (a superset of what any call asks: more inputs
 requiring grad only adds reads), then ``autograd.grad`` of its outputs, with ``make_fx``; the result is read where
 a node of the backward consumes an output of the forward (through ``detach``, ``alias`` or ``getitem``: autograd
-unpacks a saved output as a detached alias). Any failure to trace answers True, the conservative answer. The
-answers are cached per op and input signature.
+unpacks a saved output as a detached alias); an input is read where a node of the backward consumes it or a
+forward value computed from it (a superset of what eager saves). Any failure to trace answers "anything may be
+read", the conservative answer. The answers are cached per op and input signature.
 """
 
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import make_fx
 
 _ALIASES = {operator.getitem, torch.ops.aten.detach.default, torch.ops.aten.alias.default}
@@ -39,25 +42,48 @@ def _signature(value: Any) -> Any:
     return ("value", repr(_hint(value)))
 
 
+@dataclass(frozen=True)
+class BackwardReads:
+    """What one call's backward reads: its tensor inputs (positions among the pytree leaves of ``(args, kwargs)``)
+    and whether its result."""
+
+    inputs: frozenset[int]
+    result: bool
+    random: bool = False  # the call draws random numbers (some op of its trace does)
+
+
+_UNKNOWN = BackwardReads(frozenset(), True)  # ``unknown`` below: the conservative answer
+
+
 def backward_reads_result(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``op(*args, **kwargs)``'s backward reads its output (Note [Which ops save their result]). ``args``
     hold example values (fake tensors, SymInts) where the graph had nodes."""
+    reads = backward_reads(op, args, kwargs)
+    return reads is None or reads.result
+
+
+def backward_reads(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardReads | None:
+    """What ``op(*args, **kwargs)``'s backward reads (Note [Which ops save their result]); None where tracing it
+    failed: anything may be read."""
     try:
         key = (op, _signature(args), _signature(tuple(sorted(kwargs.items()))))
         hash(key)
     except TypeError:
-        return True
+        return None
     if key not in _ANSWERS:
-        _ANSWERS[key] = _reads_result(op, args, kwargs)
+        _ANSWERS[key] = _reads(op, args, kwargs)
     return _ANSWERS[key]
 
 
-_ANSWERS: dict[Any, bool] = {}
+_ANSWERS: dict[Any, BackwardReads | None] = {}
 
 
-def _reads_result(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardReads | None:
     leaves, spec = pytree.tree_flatten((args, kwargs))
     positions = [k for k, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+    written = _written_leaves(op, args, kwargs)
+    schema = getattr(op, "_schema", None)
+    out_names = {a.name for a in schema.arguments if a.is_out} if schema is not None else set()
 
     def example(t: torch.Tensor) -> torch.Tensor:
         e = torch.empty([_hint(s) for s in t.shape], dtype=t.dtype, device="meta")
@@ -66,9 +92,14 @@ def _reads_result(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> boo
     def joint(*tensors: torch.Tensor) -> Any:
         filled = list(leaves)
         for k, t in zip(positions, tensors):
-            filled[k] = t
+            # A leaf requiring grad refuses an in-place write: the op writes a clone (read as the input below).
+            filled[k] = t.clone() if k in written and t.requires_grad and not out_names else t
         call_args, call_kwargs = pytree.tree_unflatten(filled, spec)
-        out = op(*call_args, **call_kwargs)
+        if out_names:  # autograd refuses out= calls: the functional overload computes the same (the out= result)
+            call_kwargs = {k: v for k, v in call_kwargs.items() if k not in out_names}
+            out = op.overloadpacket(*call_args, **call_kwargs)
+        else:
+            out = op(*call_args, **call_kwargs)
         outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
         wanted = [t for t in tensors if t.requires_grad]
         if not outs or not wanted:
@@ -77,17 +108,74 @@ def _reads_result(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> boo
         return (out, torch.autograd.grad(outs, wanted, ones, allow_unused=True))
 
     try:
-        with torch.enable_grad():
-            gm = make_fx(joint, tracing_mode="fake")(*[example(leaves[k]) for k in positions])
+        # Meta tensors traced as real ones: no fake mode, so no symbolic size joins the shape environment of a
+        # compile in progress (a guard on a size with no source breaks Dynamo's guard creation).
+        with torch.enable_grad(), unset_fake_temporarily():
+            gm = make_fx(joint, tracing_mode="real")(*[example(leaves[k]) for k in positions])
     except Exception:
-        return True
+        return None
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
     output = gm.graph.output_node()
-    result = {n for n in pytree.tree_leaves(output.args[0][0]) if isinstance(n, torch.fx.Node)}
-    for n in gm.graph.nodes:  # in order: an alias of an output is seen before what reads it
-        if n.op != "call_function" or n in result or not any(i in result for i in n.all_input_nodes):
-            continue
-        if n.target in _ALIASES:
-            result.add(n)
-        elif n.target is not torch.ops.aten.ones.default:
-            return True
-    return False
+    results = {n for n in pytree.tree_leaves(output.args[0][0]) if isinstance(n, torch.fx.Node)}
+    forward: set[torch.fx.Node] = set()  # what the op's outputs are computed from
+    stack = list(results)
+    while stack:
+        n = stack.pop()
+        if n not in forward:
+            forward.add(n)
+            stack.extend(n.all_input_nodes)
+    # Each value -> the inputs and outputs it is computed from in the forward (a forward intermediate the backward
+    # reads counts as reading what it came from: a superset of what eager saves).
+    origin: dict[torch.fx.Node, frozenset[Any]] = {p: frozenset({k}) for p, k in zip(placeholders, positions)}
+    origin.update({r: frozenset({_RESULT}) for r in results})
+    read: set[Any] = set()
+    for n in nodes:  # in order: a value's origin is known before anything reads it
+        if n.op != "call_function" or n in results or n.target in _SHAPE_ONLY:
+            continue  # a size read under an ambient shape environment reads no value
+        sources = frozenset().union(*(origin.get(i, frozenset()) for i in n.all_input_nodes))
+        if n in forward or n.target in _ALIASES:  # autograd unpacks a saved output as a detached alias
+            origin[n] = sources
+        else:
+            read |= sources  # a node of the backward reads it
+    random = any(isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
+                 for n in forward)  # fmt: skip
+    return BackwardReads(frozenset(k for k in read if k != _RESULT), _RESULT in read, random)
+
+
+_RESULT = "result"
+_SHAPE_ONLY = {
+    torch.ops.aten.sym_size.int,
+    torch.ops.aten.sym_stride.int,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_storage_offset.default,
+}
+_CLONE = torch.ops.aten.clone.default
+
+
+def _written_leaves(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> set[int]:
+    """Leaf positions of the arguments ``op``'s schema writes (``self`` of ``mul_``, ``out`` of an out= call)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return set()
+    written_names = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    offset, found = 0, set()
+    for k, value in enumerate(args):
+        count = len(pytree.tree_leaves(value))
+        if k < len(schema.arguments) and schema.arguments[k].name in written_names:
+            found |= set(range(offset, offset + count))
+        offset += count
+    for name, value in kwargs.items():  # pytree's order
+        count = len(pytree.tree_leaves(value))
+        if name in written_names:
+            found |= set(range(offset, offset + count))
+        offset += count
+    return found
+
+
+def mark_must_recompute(node: torch.fx.Node) -> None:
+    """Ask the partitioner to recompute ``node`` in the backward rather than save it (the tag activation
+    checkpointing sets; AOTAutograd copies it from the graph it traces onto the joint graph's nodes)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
