@@ -44,7 +44,7 @@ from collections.abc import Callable
 from torch import fx
 
 from . import _torch_internals as ti
-from . import graph_ops
+from . import graph_ops, output_rules
 from .fallbacks import Fallback, FallbackKind
 from .graph_meta import GraphMeta, is_any_view, taken_at
 
@@ -249,6 +249,9 @@ def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: s
             )
         base = meta.root[m]  # a metadata mutation bumps the version counter too
         reader = may_save(meta, base, epilogue, duplicated)
+        core = {n for n in meta.nodes if n not in epilogue or n in duplicated}
+        if reader is not None and output_rules.unsaved_storage(meta, base, core) is not None:
+            reader = None  # the core recomputes it instead: Note [Bases the compiled backward must not save]
         # A reader after the write is compiled after it once the program is cut there (Note [Segments]).
         cut_after = m if reader is not None and meta.order[reader] > meta.order[m] else None
         if reader is None and _saves_its_result_and_is_read_after(meta, m, base, epilogue):

@@ -11,7 +11,11 @@ its backward then raised where eager's runs (fuzzer s1295_221, a crash where sto
 no view). Where eager's backward reads no value of the base's storage (asked of torch per call: Note [Which ops
 save their result]), the core's nodes of that storage are tagged for recomputation, as activation checkpointing
 tags them, so the compiled backward saves none of them. Where eager does read one, eager raises too, and the tag
-would only hide it. A random draw is never tagged: recomputed, it would draw again.
+would only hide it. A random draw is never tagged: recomputed, it would draw again. Only compiled nodes' reads
+count: a call run in eager (the epilogue, a Function between segments) saves what eager saves and raises as eager.
+The same tag lets a write that runs in eager reach a base the compiled region reads: a mutation replayed after
+the core (Note [Mutations the epilogue must not replay]) or one in a later segment or eager call (Note [Segments])
+no longer falls back where the region's readers merely may save the base or recompute from it.
 """
 
 from __future__ import annotations
@@ -90,21 +94,31 @@ def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], external
 def bases_to_recompute(
     meta: GraphMeta, epilogue: set[fx.Node], duplicated: set[fx.Node], externals: list[fx.Node]
 ) -> frozenset[fx.Node]:
-    """Note [Bases the compiled backward must not save]: the core's copies of each base the epilogue views whose
-    value eager's backward never reads, unless recomputing it would draw random numbers again."""
+    """Note [Bases the compiled backward must not save]: the core's copies of each base the epilogue views or
+    writes whose value eager's backward never reads, unless recomputing it would draw random numbers again."""
+    core = {n for n in meta.nodes if n not in epilogue or n in duplicated}
     marked: set[fx.Node] = set()
+    for base in externals:
+        if any(u in epilogue for u in base.users) and (family := unsaved_storage(meta, meta.root[base], core)):
+            marked |= family & core
+    return frozenset(marked)
+
+
+def unsaved_storage(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> set[fx.Node] | None:
+    """The nodes of ``root``'s storage, where the compiled backward can be told to save none of them (Note [Bases
+    the compiled backward must not save]): computed in the graph, drawing no random numbers, and no value of it
+    read by the backward of a ``compiled`` node in eager (a call run in eager saves what eager saves). None
+    otherwise."""
+    if root.op == "placeholder":
+        return None
+    family = {n for n in meta.nodes if meta.root.get(n) is root}
 
     def recorded(n: fx.Node) -> bool:
-        return n in meta.requires_grad and n not in meta.no_grad
+        return n in compiled and n in meta.requires_grad and n not in meta.no_grad
 
-    for base in externals:
-        root = meta.root[base]
-        if base not in meta.requires_grad or root.op == "placeholder" or not any(u in epilogue for u in base.users):
-            continue
-        family = {n for n in meta.nodes if meta.root.get(n) is root}
-        if not any(graph_ops.is_random(n) for n in family) and not _eager_saves_any(meta.nodes, family, recorded):
-            marked |= {n for n in family if n not in epilogue or n in duplicated}
-    return frozenset(marked)
+    if any(graph_ops.is_random(n) for n in family) or _eager_saves_any(meta.nodes, family, recorded):
+        return None
+    return family
 
 
 def dynamo_bases_to_recompute(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: list[fx.Node]) -> set[fx.Node]:

@@ -26,7 +26,9 @@ program did not:
   Split is a view and its base ... has been modified inplace"); a compiled function asks on every call;
 - the second half writes (data or metadata) a value aliasing a crossing value, where an earlier compiled segment
   may save that value for backward (the write bumps its version: eager's backward raises if eager saved it, the
-  compiled one where the partitioner did; Note [Mutations the epilogue must not replay]), or where a restricted
+  compiled one where the partitioner did; Note [Mutations the epilogue must not replay]) and eager's backward
+  reads some value of its storage (where it reads none, the earlier segment's nodes of that storage are tagged
+  for recomputation instead: Note [Bases the compiled backward must not save] in output_rules.py), or where a restricted
   view of it crosses too (its lazy error would be read early: Note [A restricted view aliased by a write] in
   runtime.py). Otherwise the second half is a graph whose inputs alias each other and that writes one of them,
   as a graph after a graph break is (Note [Inputs that alias each other] in analysis.py);
@@ -51,9 +53,11 @@ from typing import Any
 import torch
 from torch import fx
 
+from . import _torch_internals as ti
 from . import graph_ops
 from .fallback_rules import may_save
 from .graph_meta import GraphBreaks, GraphMeta, is_any_view, taken_at
+from .output_rules import unsaved_storage
 
 log = logging.getLogger("predispatch_views")
 
@@ -113,6 +117,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
     why it cannot be cut there."""
     nodes, order, output = meta.nodes, meta.order, meta.output
     returned = output.args[0]
+    recompute: set[fx.Node] = set()  # Note [Bases the compiled backward must not save] in output_rules.py
     if not isinstance(returned, (tuple, list)) or any(isinstance(r, (tuple, list, dict)) for r in returned):
         return "the program's outputs are not a flat tuple"
     # A get_attr (a recorded call's forward and backward graphs) is no value to hand over: each stage reads its own.
@@ -126,7 +131,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
             ("middle", [n for n in body if n in middle], False),
             ("second", [n for n in body if order[n] > order[at] and n not in middle], True),
         ]
-        if (reason := _eager_write_refused(meta, at, groups[0][1])) is not None:
+        if (reason := _eager_write_refused(meta, at, groups[0][1], recompute)) is not None:
             return reason
         if restricted := [i.name for i in at.all_input_nodes if _restricted_view(meta, i)]:
             # Eager's call reads a view autograd forbids rebasing; the segment before may hand over a tensor the
@@ -146,7 +151,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
     stage_of = {n: name for name, members, _ in groups for n in members}
     stage_compiled = {name: compiled for name, _, compiled in groups}
     for name, members, compiled in groups:
-        if compiled and (reason := _refused(meta, members, stage_of, name, stage_compiled)) is not None:
+        if compiled and (reason := _refused(meta, members, stage_of, name, stage_compiled, recompute)) is not None:
             return reason
     stages: list[Stage] = []
     returned_by: dict[fx.Node, Source] = {}
@@ -169,6 +174,8 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
                 elif i not in inside:
                     read(i)
             env[n] = graph.node_copy(n, env.__getitem__)
+            if n in recompute:
+                ti.mark_must_recompute(env[n])
         kept = [n for n in members if any(u not in inside for u in n.users)]
         for j, n in enumerate(kept):
             returned_by[n] = (name, j)
@@ -186,9 +193,15 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
 
 
 def _refused(
-    meta: GraphMeta, members: list[fx.Node], stage_of: dict[fx.Node, str], name: str, stage_compiled: dict[str, bool]
+    meta: GraphMeta,
+    members: list[fx.Node],
+    stage_of: dict[fx.Node, str],
+    name: str,
+    stage_compiled: dict[str, bool],
+    recompute: set[fx.Node],
 ) -> str | None:
-    """Why a compiled segment cannot take what earlier segments hand it (Note [Segments]), or None."""
+    """Why a compiled segment cannot take what earlier segments hand it (Note [Segments]), or None. Adds to
+    ``recompute`` the nodes of earlier compiled segments their backward must recompute rather than save."""
     order, names = meta.order, list(dict.fromkeys(stage_of.values()))
     earlier = [n for n in meta.nodes if n in stage_of and names.index(stage_of[n]) < names.index(name)]
     inside = set(members)
@@ -221,7 +234,9 @@ def _refused(
                 return f"{n.name} writes {w.name}, handed over by an earlier segment and requiring grad"
             skipped = {m for m in meta.nodes if m not in compiled_before}
             if (saver := may_save(meta, root, skipped, set())) is not None:
-                return f"{n.name} writes {w.name}, whose base {saver.name} of an earlier compiled segment may save"
+                if (family := unsaved_storage(meta, root, compiled_before)) is None:
+                    return f"{n.name} writes {w.name}, whose base {saver.name} of an earlier compiled segment may save"
+                recompute |= family & compiled_before  # Note [Bases the compiled backward must not save]
             if _saved_by_its_producer(meta, root, compiled_before):
                 return f"{n.name} writes {w.name}, whose producer {root.name} of an earlier compiled segment may save"
     return None
@@ -240,7 +255,7 @@ def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node
     return not graph_ops.is_aten_call(root) or graph_ops.backward_reads_its_result(root)
 
 
-def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node]) -> str | None:
+def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node], recompute: set[fx.Node]) -> str | None:
     """A call run in eager that writes (a metadata mutation of an input, compile_function) a tensor the compiled
     segment before it may save: the write bumps its version, and the compiled backward would raise where eager's,
     which may not have saved it, does not (the rule for a later compiled segment's writes, Note [Segments])."""
@@ -248,7 +263,9 @@ def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node]) -> 
     for w in graph_ops.written_args(at):
         root = meta.root.get(w, w)
         if (saver := may_save(meta, root, skipped, set())) is not None:
-            return f"{at.name} writes {w.name}, whose base {saver.name} of the compiled segment before it may save"
+            if (family := unsaved_storage(meta, root, set(first))) is None:
+                return f"{at.name} writes {w.name}, whose base {saver.name} of the compiled segment before it may save"
+            recompute |= family & set(first)  # Note [Bases the compiled backward must not save]
         if _saved_by_its_producer(meta, root, set(first)):
             return f"{at.name} writes {w.name}, whose producer {root.name} of the compiled segment before may save it"
     return None
