@@ -99,7 +99,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
     "node.meta['recompute'] = CheckpointPolicy.MUST_RECOMPUTE honoured by the min-cut partitioner "
-    "(mark_must_recompute)": ("2.13.0",),
+    "(mark_must_recompute)": _BOTH,
     "torch._dynamo.exc.RestartAnalysis (DYNAMO_RESTARTS)": _BOTH,
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,
     "torch._dynamo.compiled_autograd._enable": _BOTH,
