@@ -165,12 +165,6 @@ def saved_by_backward(node: fx.Node) -> tuple[set[fx.Node], bool] | None:
     return {leaves[k] for k in reads.inputs if isinstance(leaves[k], fx.Node)}, reads.result
 
 
-def draws_random_in_its_trace(node: fx.Node) -> bool:
-    """A call that draws random numbers, asked of its trace (torch-level calls have no tags); True where unknown."""
-    reads = _backward_reads(node)
-    return reads is None or reads.random
-
-
 def _backward_reads(node: fx.Node) -> Any:
     op: Any = _overload(node)
     if op is None and node.op == "call_method":

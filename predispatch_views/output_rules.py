@@ -112,6 +112,11 @@ def unsaved_storage(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> s
     if root.op == "placeholder":
         return None
     family = {n for n in meta.nodes if meta.root.get(n) is root}
+    # Recomputed in the backward, the family reads its ancestors there: none may be written after it is computed
+    # (an input written in place, fuzzer s1311_858: the backward recomputed ``a.clone()`` from the written ``a``).
+    written = {meta.root.get(w, w) for m in meta.mutations for w in graph_ops.written_args(m)}
+    if any(meta.root.get(a, a) in written for a in graph_ops.reaching(family) - family):
+        return None
 
     def recorded(n: fx.Node) -> bool:
         return n in compiled and n in meta.requires_grad and n not in meta.no_grad
@@ -137,7 +142,7 @@ def dynamo_bases_to_recompute(nodes: list[fx.Node], epilogue: set[fx.Node], cros
         for n in nodes:  # the views of it (all in the epilogue; the core's copies share the tag)
             if n in epilogue and n.args and n.args[0] in family:
                 family.add(n)
-        if not graph_ops.draws_random_in_its_trace(base) and not _eager_saves_any(nodes, family, recorded):
+        if not graph_ops.draws_random(base) and not _eager_saves_any(nodes, family, recorded):
             marked |= family
     return marked
 

@@ -651,3 +651,43 @@ def test_s1203_834_a_function_reading_a_restricted_view_is_not_cut_around(label:
     stock = classify(reference, run_program(program, by_label["stock[aot_eager]"]))
     prototype = classify(reference, run_program(program, by_label[label]))
     assert violated_rule(prototype, stock) is None, prototype.describe()
+
+
+@pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
+def test_s1311_858_a_base_whose_input_is_written_is_not_recomputed(label: str) -> None:
+    """s1311_858 (compile_function on dd9db3e): ``t0 = a.clone()`` then ``a.add_(1.0)``, ``t0.diagonal()`` replayed.
+    The recompute tag of Note [Bases the compiled backward must not save] made the backward recompute the clone
+    from ``a``, which the function writes: the partitioner saved the input, and its write made the compiled
+    backward raise where eager runs. A base whose ancestors are written is not tagged."""
+    from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
+
+    program = generate(1311, 858, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    stock = classify(reference, run_program(program, by_label["stock[aot_eager]"]))
+    prototype = classify(reference, run_program(program, by_label[label]))
+    assert violated_rule(prototype, stock) is None, prototype.describe()
+
+
+@pytest.mark.xfail(strict=True, reason="open: found by seeds 1311-1312 on dd9db3e, present on 9c49a28 too")
+@pytest.mark.parametrize(
+    ("seed", "index", "setting"),
+    [
+        (1312, 67, "aot_eager"),
+        (1312, 48, "aot_eager"),
+        (1312, 567, "aot_eager"),
+        (1311, 747, "aot_eager,compiled_autograd"),
+    ],
+)
+def test_open_finds_of_seeds_1311_1312(seed: int, index: int, setting: str) -> None:
+    """Open: s1312_67 and s1312_48 (a training dropout with p=0 under a returned view; after the caller writes an
+    output, the compiled backward raises "modified by an inplace operation" where eager's runs), s1312_567 (a zero
+    gradient where eager's is None, on a second call), s1311_747 (compiled autograd, a crash on a second call)."""
+    from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
+
+    program = generate(seed, index, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    stock = classify(reference, run_program(program, by_label[f"stock[{setting}]"]))
+    prototype = classify(reference, run_program(program, by_label[f"prototype[{setting}]"]))
+    assert violated_rule(prototype, stock) is None, prototype.describe()

@@ -49,7 +49,6 @@ class BackwardReads:
 
     inputs: frozenset[int]
     result: bool
-    random: bool = False  # the call draws random numbers (some op of its trace does)
 
 
 _UNKNOWN = BackwardReads(frozenset(), True)  # ``unknown`` below: the conservative answer
@@ -138,9 +137,7 @@ def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardRe
             origin[n] = sources
         else:
             read |= sources  # a node of the backward reads it
-    random = any(isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
-                 for n in forward)  # fmt: skip
-    return BackwardReads(frozenset(k for k in read if k != _RESULT), _RESULT in read, random)
+    return BackwardReads(frozenset(k for k in read if k != _RESULT), _RESULT in read)
 
 
 _RESULT = "result"
