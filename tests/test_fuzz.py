@@ -669,16 +669,21 @@ def test_s1311_858_a_base_whose_input_is_written_is_not_recomputed(label: str) -
     assert violated_rule(prototype, stock) is None, prototype.describe()
 
 
-@pytest.mark.xfail(strict=True, reason="open: found by seeds 1311-1312 on dd9db3e, present on 9c49a28 too")
+_OPEN_1311_1312 = pytest.mark.xfail(
+    strict=True, reason="open: found by seeds 1311-1312 on dd9db3e, present on 9c49a28 too"
+)
+
+
 @pytest.mark.parametrize(
     ("seed", "index", "setting"),
     [
-        (1312, 67, "aot_eager"),
-        (1312, 48, "aot_eager"),
-        (1312, 567, "aot_eager"),
-        (1311, 747, "aot_eager,compiled_autograd"),
+        pytest.param(1312, 67, "aot_eager", marks=pytest.mark.xfail(
+            torch.__version__.startswith("2.13."), strict=True, reason="open on torch 2.13 (passes on 2.14.1)")),
+        pytest.param(1312, 48, "aot_eager", marks=_OPEN_1311_1312),
+        pytest.param(1312, 567, "aot_eager", marks=_OPEN_1311_1312),
+        pytest.param(1311, 747, "aot_eager,compiled_autograd", marks=_OPEN_1311_1312),
     ],
-)
+)  # fmt: skip
 def test_open_finds_of_seeds_1311_1312(seed: int, index: int, setting: str) -> None:
     """Open: s1312_67 and s1312_48 (a training dropout with p=0 under a returned view; after the caller writes an
     output, the compiled backward raises "modified by an inplace operation" where eager's runs), s1312_567 (a zero
