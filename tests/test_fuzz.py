@@ -626,14 +626,7 @@ def test_s1202_698_under_compiled_autograd() -> None:
     and ``t1``'s history holds the ``CopySlices`` of the replayed ``t1.add_`` (eager's own, where stock compiles
     the write away). Eager's ``t3`` does not reach it. A fix would cut graphs without view outputs into
     independent parts too (Note [Independent parts of the core]), a change to every such graph."""
-    from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
-
-    program = generate(1202, 698, ALL)
-    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
-    reference = run_program(program, eager())
-    stock = classify(reference, run_program(program, by_label["stock[aot_eager,compiled_autograd]"]))
-    prototype = classify(reference, run_program(program, by_label["prototype[aot_eager,compiled_autograd]"]))
-    assert violated_rule(prototype, stock) is None, prototype.describe()
+    _assert_no_violation(1202, 698, "prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]")
 
 
 @pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
@@ -643,14 +636,7 @@ def test_s1203_834_a_function_reading_a_restricted_view_is_not_cut_around(label:
     ``ReturnsInput.apply(t3)`` ran in eager between segments on the tensor the segment before handed over, which
     the caller could write; the Function's view of it then raised on its grad_fn where stock runs. A call that
     reads a restricted view is not cut around: the program falls back."""
-    from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
-
-    program = generate(1203, 834, ALL)
-    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
-    reference = run_program(program, eager())
-    stock = classify(reference, run_program(program, by_label["stock[aot_eager]"]))
-    prototype = classify(reference, run_program(program, by_label[label]))
-    assert violated_rule(prototype, stock) is None, prototype.describe()
+    _assert_no_violation(1203, 834, label, "stock[aot_eager]")
 
 
 @pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
@@ -659,14 +645,7 @@ def test_s1311_858_a_base_whose_input_is_written_is_not_recomputed(label: str) -
     The recompute tag of Note [Bases the compiled backward must not save] made the backward recompute the clone
     from ``a``, which the function writes: the partitioner saved the input, and its write made the compiled
     backward raise where eager runs. A base whose ancestors are written is not tagged."""
-    from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
-
-    program = generate(1311, 858, ALL)
-    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
-    reference = run_program(program, eager())
-    stock = classify(reference, run_program(program, by_label["stock[aot_eager]"]))
-    prototype = classify(reference, run_program(program, by_label[label]))
-    assert violated_rule(prototype, stock) is None, prototype.describe()
+    _assert_no_violation(1311, 858, label, "stock[aot_eager]")
 
 
 _OPEN_1311_1312 = pytest.mark.xfail(
@@ -688,11 +667,17 @@ def test_open_finds_of_seeds_1311_1312(seed: int, index: int, setting: str) -> N
     """Open: s1312_67 and s1312_48 (a training dropout with p=0 under a returned view; after the caller writes an
     output, the compiled backward raises "modified by an inplace operation" where eager's runs), s1312_567 (a zero
     gradient where eager's is None, on a second call), s1311_747 (compiled autograd, a crash on a second call)."""
+    _assert_no_violation(seed, index, f"prototype[{setting}]", f"stock[{setting}]")
+
+
+def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
+    """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
+    ``stock_label``, the same setting's stock."""
     from predispatch_views.compare.fuzz import fuzz_strategies, violated_rule
 
     program = generate(seed, index, ALL)
     by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
     reference = run_program(program, eager())
-    stock = classify(reference, run_program(program, by_label[f"stock[{setting}]"]))
-    prototype = classify(reference, run_program(program, by_label[f"prototype[{setting}]"]))
+    stock = classify(reference, run_program(program, by_label[stock_label]))
+    prototype = classify(reference, run_program(program, by_label[label]))
     assert violated_rule(prototype, stock) is None, prototype.describe()
