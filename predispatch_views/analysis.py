@@ -148,7 +148,6 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
         lambda: graph_break_rules.multi_output_view_at_graph_break(meta, epilogue),
         lambda: graph_break_rules.dropout_layout_at_graph_break(meta, epilogue),
         lambda: rules.view_fn_write_under_compiled_autograd(meta, epilogue),
-        lambda: rules.multi_output_views_of_a_kept_eval_dropout(meta, epilogue),
     ):
         if (fallback := rule()) is not None:
             return fallback
@@ -179,8 +178,10 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
     epilogue: set[fx.Node] = set()
 
     def replayable(n: fx.Node) -> bool:
-        if graph_ops.is_dropout(n) and rules.eval_dropout_kept_in_core(meta, n):
+        if graph_ops.is_dropout(n) and output_rules.eval_dropout_kept_in_core(meta, n):
             return False  # Note [An eval dropout of an input the core reads]
+        if is_any_view(n) and output_rules.views_a_kept_eval_dropout(meta, n):
+            return False  # the same Note
         if is_any_view(n) or n in meta.sym_from_inputs:
             return True
         target = graph_ops.mutated_input(n)
@@ -228,7 +229,9 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
 # the same exposure for every op that returns its input (``type_as``, ``contiguous``), but on torch 2.13 its
 # decomposition of eval dropout returns ``input.clone()``, so stock runs. There the dropout stays in the core and
 # returns a fresh tensor, stock's answer; on a torch whose decomposition returns the input, stock returns the input
-# too and the epilogue replays it.
+# too and the epilogue replays it. Views of a kept dropout stay in the core with it and come back as stock returns
+# them (output_rules.views_a_kept_eval_dropout): replayed, they were eager's views of another base than eager's,
+# whose writes the compiled backward saw (fuzzer s1312_67) or a write to the dropout broke (s1003_784).
 
 
 def _tainted(

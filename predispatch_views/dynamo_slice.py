@@ -105,8 +105,7 @@ def slice_dynamo_graph(
     ]
     if (why := _aliasing(nodes, crossing)) is not None:
         return why
-    whole = not differentiable or not all(isinstance(_value(p), torch.Tensor) for p in _placeholders(nodes))
-    if not whole and (why := _independent_parts(nodes, epilogue - duplicated, sizes, crossing)) is not None:
+    if differentiable and (why := _independent_parts(nodes, epilogue - duplicated, sizes, crossing)) is not None:
         return why
     recompute = output_rules.dynamo_bases_to_recompute(nodes, epilogue, crossing)
     executable = ti.lazy_graph_module(gm, _tagged(gm.graph, epilogue, linear_views, sizes | duplicated, recompute))

@@ -43,47 +43,9 @@ from collections.abc import Callable
 
 from torch import fx
 
-from . import _torch_internals as ti
 from . import graph_ops, output_rules
 from .fallbacks import Fallback, FallbackKind
 from .graph_meta import GraphMeta, is_any_view, taken_at
-
-
-def eval_dropout_kept_in_core(meta: GraphMeta, dropout: fx.Node) -> bool:
-    """The dropout returns (an alias of) a graph input that compiled code also computes from, with grad: it stays
-    in the core (Note [An eval dropout of an input the core reads] in analysis.py)."""
-    if ti.eval_dropout_is_traced_as_its_input() or not graph_ops.returns_its_input(dropout):
-        return False
-    root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
-    if root is None or root.op != "placeholder":
-        return False
-    return any(  # a reader that requires grad: what may be saved for a backward (not a no_grad read)
-        n in meta.requires_grad
-        and not is_any_view(n)
-        and n is not meta.output
-        and any(meta.root.get(i) is root for i in n.all_input_nodes)
-        for n in meta.nodes
-    )
-
-
-def multi_output_views_of_a_kept_eval_dropout(meta: GraphMeta, epilogue: set[fx.Node]) -> Fallback | None:
-    """A dropout kept in the core returns stock's fresh tensor where eager returns the input; a replayed
-    multi-output view of it is eager's view of another base, which a write to the returned dropout (eager refuses
-    it on a leaf, stock and the core allow it) makes unusable: a crash where stock runs (fuzzer s1003_784)."""
-    for n in meta.nodes:
-        if n in epilogue or not graph_ops.is_dropout(n) or not eval_dropout_kept_in_core(meta, n):
-            continue
-        stack = [u for u in n.users if u in epilogue]
-        while stack:
-            u = stack.pop()
-            if graph_ops.is_view_getitem(u):
-                return Fallback(
-                    FallbackKind.MULTI_OUTPUT_VIEW_OF_A_KEPT_DROPOUT,
-                    f"{u.name} is a multi-output view of {n.name}, an eval dropout of an input kept in the compiled "
-                    "region, where eager returns the input itself",
-                )
-            stack.extend(x for x in u.users if x in epilogue)
-    return None
 
 
 def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:

@@ -144,14 +144,6 @@ class FallbackKind(enum.Enum):
         "which returns its input in eager where Dynamo's fake allocates",
     )
 
-    MULTI_OUTPUT_VIEW_OF_A_KEPT_DROPOUT = FallbackReason(
-        "torch 2.13: a replayed multi-output view of an eval dropout of an input that stays in the compiled code",
-        "`<view> is a multi-output view of <dropout>, an eval dropout of an input kept in the compiled region, ...`",
-        "it returns stock's fresh tensor: a write to it (eager refuses one on a leaf) breaks the views (s1003_784).",
-        "fallback_rules.py",
-        "an eval dropout of an input kept in the compiled",
-    )
-
     NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK = FallbackReason(
         "a call of a graph Dynamo resumed after a graph break that returns a view taken under no_grad of an input "
         "sharing storage with a view stock returned for a graph that fell back",

@@ -182,9 +182,12 @@ def _example_value(a: Any) -> Any:
 
 
 def is_random(node: fx.Node) -> bool:
-    """An op that draws from the RNG (uniform_, bernoulli_, dropout_...): replaying it in eager draws again."""
+    """An op that draws from the RNG (uniform_, bernoulli_, dropout_...): replaying it in eager draws again. Not a
+    dropout that returns its input (p=0 or not train): at::dropout returns before it draws (fuzzer s1312_48)."""
     op = _overload(node)
-    return op is not None and torch.Tag.nondeterministic_seeded in op.tags
+    if op is None or torch.Tag.nondeterministic_seeded not in op.tags:
+        return False
+    return not (_name(op) in _DROPOUTS and returns_its_input(node))
 
 
 def reaching(roots: Iterable[fx.Node]) -> set[fx.Node]:

@@ -50,6 +50,8 @@ def unreproduced_output_alias(
         value = n.meta.get("val")
         if not isinstance(value, torch.Tensor) or n.op == "placeholder" or n in epilogue or n in resolved:
             continue
+        if views_a_kept_eval_dropout(meta, n):
+            continue  # returned as stock returns it (Note [An eval dropout of an input the core reads])
         owner, what = owners.setdefault(ti.storage_id(value), (n, f"output {k}"))
         if owner is not n:
             return Fallback(
@@ -58,6 +60,33 @@ def unreproduced_output_alias(
                 "the epilogue can replay produces it",
             )
     return None
+
+
+def eval_dropout_kept_in_core(meta: GraphMeta, dropout: fx.Node) -> bool:
+    """The dropout returns (an alias of) a graph input that compiled code also computes from, with grad: it stays
+    in the core (Note [An eval dropout of an input the core reads] in analysis.py)."""
+    if ti.eval_dropout_is_traced_as_its_input() or not graph_ops.returns_its_input(dropout):
+        return False
+    root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
+    if root is None or root.op != "placeholder":
+        return False
+    return any(  # a reader that requires grad: what may be saved for a backward (not a no_grad read)
+        n in meta.requires_grad
+        and not is_any_view(n)
+        and n is not meta.output
+        and any(meta.root.get(i) is root for i in n.all_input_nodes)
+        for n in meta.nodes
+    )
+
+
+def views_a_kept_eval_dropout(meta: GraphMeta, view: fx.Node) -> bool:
+    """A view (of a view...) of a dropout kept in the core. It stays in the core too: stock's view of stock's fresh
+    tensor. Replayed, it was eager's view of another base (not the input), which a write to the dropout (eager
+    refuses it on a leaf) made unusable (fuzzer s1003_784), or whose write the compiled backward saw (s1312_67)."""
+    n = view
+    while not graph_ops.is_dropout(n) and is_any_view(n) and n.args and isinstance(n.args[0], fx.Node):
+        n = n.args[0]
+    return n is not view and graph_ops.is_dropout(n) and eval_dropout_kept_in_core(meta, n)
 
 
 def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], externals: list[fx.Node]) -> Fallback | None:

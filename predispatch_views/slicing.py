@@ -11,7 +11,9 @@ carries no gradient in eager: nothing differentiates through it, so eager's ``b.
 other outputs do not use ``b``. Returned as it is, the core output would require grad, AOTAutograd would give
 it a (zero) tangent, and the compiled backward would write zeros into ``b.grad``. The core returns
 ``detach(value)`` instead: it aliases the value as eager's detach does, needs no tangent, and the epilogue's
-own ``detach`` of it is eager's result (found by the fuzzer, s21_752).
+own ``detach`` of it is eager's result (found by the fuzzer, s21_752). Readers inside the core do not count: they
+read the value itself there (s1312_567: ``t0 = a.sum(0)`` read by a dropout in the core and returned through
+``t0.detach().mul_(3.0)``; a core compiled whole, as with symbolic sizes, gave ``a.grad`` zeros).
 
 Note [Random draws nothing reads]
 Eager draws random numbers for a random call whose result nothing reads (``torch.rand(3)``, a dropout of a
@@ -113,7 +115,10 @@ def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | 
     for n in nodes:
         if n is not output and not is_epilogue[n]:
             env[n] = core_graph.node_copy(n, env.__getitem__)
-    returned = [_detached_if_only_detached(core_graph, env[n], n) for n in core_outputs]
+    returned = [
+        _detached_if_only_detached(core_graph, env[n], [u for u in n.users if u is output or is_epilogue[u]])
+        for n in core_outputs
+    ]
     unread = _unread_draws([n for n in nodes if n in env], core_outputs)  # Note [Random draws nothing reads]
     core_graph.output(tuple(returned + [_detached(core_graph, env[n]) for n in unread]))
 
@@ -148,12 +153,10 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     outputs = list(core.graph.output_node().args[0])
     kind = {n: _kind(n) for n in nodes}
     toggles = [n.args[0] for n in nodes if kind[n] == "grad_mode"]
-    if (
-        any(not isinstance(p.meta.get("val"), torch.Tensor) for p in placeholders)
-        or "unknown" in kind.values()
-        or (toggles and toggles[-1] == toggles[0])  # ends in another grad mode than it began: parts would chain it
-    ):
+    if "unknown" in kind.values() or (toggles and toggles[-1] == toggles[0]):  # parts would chain the grad mode
         return _whole(core)
+    # A symbolic size input (dynamic shapes) joins nothing: each part that reads it takes it.
+    tensors = [p for p in placeholders if isinstance(p.meta.get("val"), torch.Tensor)]
     group = {p: input_alias_groups[i] for i, p in enumerate(placeholders)}
     parent: dict[object, object] = {}
 
@@ -189,7 +192,7 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     # A part with no output, no input write and no side effect is dead code: AOTAutograd would drop it too.
     effects = {find(("written input", g)) for g in written} | {find(n) for n in ordered}
     kept = [r for r in members if r in out_positions or r in effects]
-    unread = any(not p.users for p in placeholders)
+    unread = any(not p.users for p in tensors)
     if not kept or (len(kept) == 1 and len(members) == 1 and not unread):
         return _whole(core)
     # One part that leaves dead code or an unread input behind is still cut out of the core: an input the compiled
@@ -251,9 +254,9 @@ def _unread_draws(core: list[fx.Node], outputs: list[fx.Node]) -> list[fx.Node]:
     ]
 
 
-def _detached_if_only_detached(graph: fx.Graph, value: fx.Node, original: fx.Node) -> fx.Node:
-    """See Note [A base the epilogue only detaches]."""
-    if not all(u.op == "call_function" and u.target is torch.ops.aten.detach.default for u in original.users):
+def _detached_if_only_detached(graph: fx.Graph, value: fx.Node, readers: list[fx.Node]) -> fx.Node:
+    """See Note [A base the epilogue only detaches]; ``readers``: the value's readers outside the core."""
+    if not all(u.op == "call_function" and u.target is torch.ops.aten.detach.default for u in readers):
         return value
     return _detached(graph, value)
 

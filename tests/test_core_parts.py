@@ -93,14 +93,15 @@ def backward_per_output(fn: Callable[..., Any], make_inputs: Callable[[], Any]) 
     return observed
 
 
-@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize("entry", ["backend", "backend_dynamic", "compile_function"])
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_a_backward_through_some_outputs_reaches_what_eager_reaches(name: str, entry: str) -> None:
+    """``backend_dynamic``: symbolic sizes, whose size inputs once kept the core whole (fuzzer s1312_567)."""
     fn, make_inputs = PROGRAMS[name]
     pv.FALLBACKS.clear()
-    if entry == "backend":
+    if entry.startswith("backend"):
         torch._dynamo.reset()
-        compiled = torch.compile(fn, backend=pv.backend("aot_eager"))
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager"), dynamic=entry == "backend_dynamic")
     else:
         compiled = pv.compile_function(fn, inner="aot_eager")
     expected = backward_per_output(fn, make_inputs)

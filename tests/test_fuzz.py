@@ -648,25 +648,29 @@ def test_s1311_858_a_base_whose_input_is_written_is_not_recomputed(label: str) -
     _assert_no_violation(1311, 858, label, "stock[aot_eager]")
 
 
-_OPEN_1311_1312 = pytest.mark.xfail(
-    strict=True, reason="open: found by seeds 1311-1312 on dd9db3e, present on 9c49a28 too"
-)
-
-
 @pytest.mark.parametrize(
     ("seed", "index", "setting"),
     [
-        pytest.param(1312, 67, "aot_eager", marks=pytest.mark.xfail(
-            torch.__version__.startswith("2.13."), strict=True, reason="open on torch 2.13 (passes on 2.14.1)")),
-        pytest.param(1312, 48, "aot_eager", marks=_OPEN_1311_1312),
-        pytest.param(1312, 567, "aot_eager", marks=_OPEN_1311_1312),
-        pytest.param(1311, 747, "aot_eager,compiled_autograd", marks=_OPEN_1311_1312),
+        (1312, 67, "aot_eager"),
+        (1312, 48, "aot_eager"),
+        (1312, 567, "aot_eager"),
+        (1311, 747, "aot_eager,compiled_autograd"),
     ],
-)  # fmt: skip
-def test_open_finds_of_seeds_1311_1312(seed: int, index: int, setting: str) -> None:
-    """Open: s1312_67 and s1312_48 (a training dropout with p=0 under a returned view; after the caller writes an
-    output, the compiled backward raises "modified by an inplace operation" where eager's runs), s1312_567 (a zero
-    gradient where eager's is None, on a second call), s1311_747 (compiled autograd, a crash on a second call)."""
+)
+def test_finds_of_seeds_1311_1312(seed: int, index: int, setting: str) -> None:
+    """Found by seeds 1311-1312 on dd9db3e (present on 9c49a28 too), each a strict xfail until fixed.
+
+    s1312_48 and s1312_67: a training dropout with p=0 under a returned view; after the caller wrote an output, the
+    compiled backward raised "modified by an inplace operation" where eager's runs. s1312_48: the dropout counted
+    as a random draw, so its base was never tagged for recomputation (a p=0 dropout draws nothing). s1312_67 (torch
+    2.13): a view of a dropout kept in the core was replayed on the core's fresh tensor, which the compiled
+    backward saved (Note [An eval dropout of an input the core reads]).
+
+    s1312_567 and s1311_747, second calls (symbolic sizes): the core was compiled whole whenever it took a size
+    input, so a backward through one output gave an unrelated input zeros where eager's is None (s1312_567, with a
+    base the epilogue only detaches, Note [A base the epilogue only detaches], whose readers inside the core
+    kept it attached), and compiled autograd crashed where stock runs (s1311_747). Size inputs no longer keep the
+    core whole (Note [Independent parts of the core])."""
     _assert_no_violation(seed, index, f"prototype[{setting}]", f"stock[{setting}]")
 
 

@@ -1061,7 +1061,8 @@ def splits_an_eval_dropout_of_an_input_the_core_reads(a: torch.Tensor) -> Any:  
 def test_a_multi_output_view_of_a_kept_eval_dropout_does_not_crash_where_stock_runs(entry: str) -> None:
     """On torch 2.13 the eval dropout stays in the core (Note [An eval dropout of an input the core reads]) and
     returns stock's fresh tensor, which the caller may write where eager's (the leaf input) refuses it; eager's split
-    of it then raised on its grad_fn where stock runs. Such a graph now falls back (compile_function: runs eagerly)."""
+    of it then raised on its grad_fn where stock runs. The split now stays in the core with the dropout: both
+    outputs come back as stock returns them (before, such a graph fell back)."""
 
     def run(fn: Callable[..., Any]) -> Any:
         torch._dynamo.reset()
@@ -1071,10 +1072,14 @@ def test_a_multi_output_view_of_a_kept_eval_dropout_does_not_crash_where_stock_r
 
     program = splits_an_eval_dropout_of_an_input_the_core_reads
     expected = run(program)
+    pv.FALLBACKS.clear()
     actual = run(_compiled_by(entry, program))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
     assert actual[1][0] == "ok", actual
-    if _torch_internals.eval_dropout_is_traced_as_its_input() or entry == "compile_function":
+    if _torch_internals.eval_dropout_is_traced_as_its_input():
         assert actual == expected
+    else:
+        assert actual == run(torch.compile(program, backend="aot_eager"))  # stock's answer
 
 
 def views_of_a_transposed_intermediate_after_a_graph_break(a: torch.Tensor) -> Any:  # fuzzer s1004_39
