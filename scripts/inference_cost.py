@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.utils import benchmark
 
 from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
-from predispatch_views.compare.timing import benchmark_environment, fresh_copy, median_and_range, write_results
+from predispatch_views.compare.timing import (
+    benchmark_environment,
+    best_of_interleaved_rounds,
+    fresh_copy,
+    median_and_range,
+    write_results,
+)
 from predispatch_views.compare.workloads import Workload, deep_mlp, kjt, qkv, seed, single_view
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
@@ -44,13 +48,7 @@ def one_run(workload: Callable[[], Workload], strategies: dict[str, Strategy], r
             for _ in range(3):  # compile, then warm
                 instance.forward()
             forwards[label] = instance.forward
-        best = {label: float("inf") for label in forwards}
-        for r in range(rounds):
-            order = list(forwards)[r % len(forwards) :] + list(forwards)[: r % len(forwards)]
-            for label in order:
-                timer = benchmark.Timer("f()", globals={"f": forwards[label]}, timer=time.process_time, num_threads=1)
-                best[label] = min(best[label], timer.blocked_autorange(min_run_time=0.1).median)
-    return best
+        return best_of_interleaved_rounds(forwards, rounds, 0.1)
 
 
 def main() -> int:

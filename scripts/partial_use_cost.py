@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.utils import benchmark
 
 from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
 from predispatch_views.compare.timing import (
     benchmark_environment,
+    best_of_interleaved_rounds,
     fresh_copy,
     median_and_range,
     provenance,
@@ -73,13 +72,7 @@ def one_run(
 ) -> dict[str, float]:
     torch._dynamo.reset()
     steps = {label: _step(s, program, rows) for label, s in strategies.items()}
-    best = {label: float("inf") for label in steps}
-    for r in range(rounds):
-        order = list(steps)[r % len(steps) :] + list(steps)[: r % len(steps)]
-        for label in order:
-            timer = benchmark.Timer("step()", globals={"step": steps[label]}, timer=time.process_time, num_threads=1)
-            best[label] = min(best[label], timer.blocked_autorange(min_run_time=min_run_time).median)
-    return best
+    return best_of_interleaved_rounds(steps, rounds, min_run_time)
 
 
 def main() -> int:

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import types
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.utils import benchmark
 
 from predispatch_views.compare.strategies import Strategy, dynamo_eager, eager, prototype, stock
-from predispatch_views.compare.timing import median_and_range, provenance, write_results
+from predispatch_views.compare.timing import best_of_interleaved_rounds, median_and_range, provenance, write_results
 
 
 def seed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -63,13 +61,7 @@ def one_run(strategies: dict[str, Strategy], n: int, rounds: int, min_run_time: 
     # the floor (the same Dynamo frame and guards, nothing compiled).
     steps["core floor"] = _step(strategies["floor"], n, core)
     steps["core inner"] = _step(strategies["stock"], n, core)
-    best = {label: float("inf") for label in steps}
-    for r in range(rounds):
-        order = list(steps)[r % len(steps) :] + list(steps)[: r % len(steps)]
-        for label in order:
-            timer = benchmark.Timer("step()", globals={"step": steps[label]}, timer=time.process_time, num_threads=1)
-            best[label] = min(best[label], timer.blocked_autorange(min_run_time=min_run_time).median)
-    return best
+    return best_of_interleaved_rounds(steps, rounds, min_run_time)
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import resource
 import statistics
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -82,3 +83,18 @@ def write_results(lines: Sequence[str], output: Any) -> None:
         output.write_text(text)
     else:
         print(text)
+
+
+def best_of_interleaved_rounds(
+    steps: dict[str, Callable[[], Any]], rounds: int, min_run_time: float
+) -> dict[str, float]:
+    """Seconds per call of each step: the best ``Timer.blocked_autorange`` median over ``rounds`` rounds that run
+    every step once, in an order rotated each round; process CPU time, one thread (the scripts' common measure)."""
+    from torch.utils import benchmark
+
+    best = dict.fromkeys(steps, float("inf"))
+    for r in range(rounds):
+        for label in list(steps)[r % len(steps) :] + list(steps)[: r % len(steps)]:
+            timer = benchmark.Timer("step()", globals={"step": steps[label]}, timer=time.process_time, num_threads=1)
+            best[label] = min(best[label], timer.blocked_autorange(min_run_time=min_run_time).median)
+    return best
