@@ -232,13 +232,8 @@ def _refused(
                 # applies the write without recording it in autograd: a wrong gradient (test_aotdispatch's
                 # test_input_data_and_metadata_mutation, cut after an input's t_).
                 return f"{n.name} writes {w.name}, handed over by an earlier segment and requiring grad"
-            skipped = {m for m in meta.nodes if m not in compiled_before}
-            if (saver := may_save(meta, root, skipped, set())) is not None:
-                if (family := unsaved_storage(meta, root, compiled_before)) is None:
-                    return f"{n.name} writes {w.name}, whose base {saver.name} of an earlier compiled segment may save"
-                recompute |= family & compiled_before  # Note [Bases the compiled backward must not save]
-            if _saved_by_its_producer(meta, root, compiled_before):
-                return f"{n.name} writes {w.name}, whose producer {root.name} of an earlier compiled segment may save"
+            if (saver := _compiled_saver(meta, root, compiled_before, recompute)) is not None:
+                return f"{n.name} writes {w.name}, whose {saver} of an earlier compiled segment may save"
     return None
 
 
@@ -259,15 +254,23 @@ def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node], rec
     """A call run in eager that writes (a metadata mutation of an input, compile_function) a tensor the compiled
     segment before it may save: the write bumps its version, and the compiled backward would raise where eager's,
     which may not have saved it, does not (the rule for a later compiled segment's writes, Note [Segments])."""
-    skipped = set(meta.nodes) - set(first)
     for w in graph_ops.written_args(at):
-        root = meta.root.get(w, w)
-        if (saver := may_save(meta, root, skipped, set())) is not None:
-            if (family := unsaved_storage(meta, root, set(first))) is None:
-                return f"{at.name} writes {w.name}, whose base {saver.name} of the compiled segment before it may save"
-            recompute |= family & set(first)  # Note [Bases the compiled backward must not save]
-        if _saved_by_its_producer(meta, root, set(first)):
-            return f"{at.name} writes {w.name}, whose producer {root.name} of the compiled segment before may save it"
+        if (saver := _compiled_saver(meta, meta.root.get(w, w), set(first), recompute)) is not None:
+            return f"{at.name} writes {w.name}, whose {saver} of the compiled segment before it may save"
+    return None
+
+
+def _compiled_saver(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], recompute: set[fx.Node]) -> str | None:
+    """What of the ``compiled`` nodes may save a value of ``root``'s storage that a later write would break: a
+    reader the partitioner may save ``root`` for (``may_save``), unless tagging the storage for recomputation
+    avoids it (added to ``recompute``: Note [Bases the compiled backward must not save]), or ``root``'s own producer
+    (``_saved_by_its_producer``). None when nothing compiled may save it."""
+    if (saver := may_save(meta, root, set(meta.nodes) - compiled, set())) is not None:
+        if (family := unsaved_storage(meta, root, compiled)) is None:
+            return f"base {saver.name}"
+        recompute |= family & compiled
+    if _saved_by_its_producer(meta, root, compiled):
+        return f"producer {root.name}"
     return None
 
 
