@@ -155,7 +155,8 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     toggles = [n.args[0] for n in nodes if kind[n] == "grad_mode"]
     if "unknown" in kind.values() or (toggles and toggles[-1] == toggles[0]):  # parts would chain the grad mode
         return _whole(core)
-    # A symbolic size input (dynamic shapes) joins nothing: each part that reads it takes it.
+    # A symbolic size input (dynamic shapes) joins nothing, and every part takes it: a part without it had its
+    # sizes recovered in the compiled backward from a saved tensor, which a caller's write then broke (s1402_491).
     tensors = [p for p in placeholders if isinstance(p.meta.get("val"), torch.Tensor)]
     group = {p: input_alias_groups[i] for i, p in enumerate(placeholders)}
     parent: dict[object, object] = {}
@@ -215,7 +216,7 @@ def _part(
     env: dict[fx.Node, fx.Node] = {}
     inputs = []
     for i, p in enumerate(n for n in nodes if n.op == "placeholder"):
-        if any(u in members for u in p.users):
+        if any(u in members for u in p.users) or not isinstance(p.meta.get("val"), torch.Tensor):
             env[p] = graph.node_copy(p)
             inputs.append(i)
     for n in nodes:
