@@ -282,6 +282,7 @@ def _mark_input_metadata_mutations(gm: fx.GraphModule, example: list[torch.Tenso
         input_requires_grad=[t.requires_grad for t in example],
     )
     nodes, root, requires_grad = meta.nodes, meta.root, meta.requires_grad
+    _mark_overlapping_writes(nodes, root)
     mutated: dict[fx.Node, fx.Node] = {}  # input root -> its first metadata mutation
     for n in nodes:
         if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n):
@@ -298,6 +299,45 @@ def _mark_input_metadata_mutations(gm: fx.GraphModule, example: list[torch.Tenso
         ):
             m = next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
             m.meta[graph_ops.RUN_EAGERLY] = f"{graph_ops.op_name(m)} of {graph_ops.mutated_input(m)}"
+
+
+def _mark_overlapping_writes(nodes: list[fx.Node], root: dict[fx.Node, fx.Node]) -> None:
+    """Mark a call that writes a tensor overlapping, in another layout, a tensor the same call reads
+    (``torch.sin(x.t(), out=x)``, ``x.add_(x.t())``) to run in eager (Note [Segments]). Eager raises "unsupported
+    operation" where both are dense, or computes in its iteration order, reading elements it already wrote; the
+    functional graph reads everything first (fuzzer s1402_547). Dynamo breaks the graph at an ``out=`` call whose
+    out tensor is not contiguous, so stock keeps eager's result there."""
+    for n in nodes:
+        if graph_ops.runs_eagerly(n) is not None or graph_ops.is_opaque_call(n):
+            continue
+        written = graph_ops.written_args(n)
+        for w in written:
+            read = (r for r in n.all_input_nodes if r not in written and root.get(r) is root.get(w))
+            if (r := next((r for r in read if _partially_overlap(w, r)), None)) is not None:
+                n.meta[graph_ops.RUN_EAGERLY] = f"{graph_ops.op_name(n)} writes {w}, which overlaps its input {r}"
+                break
+
+
+def _partially_overlap(a: fx.Node, b: fx.Node) -> bool:
+    """Whether two aliases of one storage share an element in different layouts (not known: True)."""
+    x, y = a.meta.get("val"), b.meta.get("val")
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return True
+    try:
+        layout = [(t.dtype, t.shape, t.stride(), t.storage_offset()) for t in (x, y)]
+        if layout[0] == layout[1]:
+            return False  # the same elements at the same positions: eager's and the functional results agree
+        if x.numel() == 0 or y.numel() == 0:
+            return False
+        spans = []  # the bytes each may touch
+        for t in (x, y):
+            reach = [(int(s) - 1) * int(st) for s, st in zip(t.shape, t.stride())]
+            first = int(t.storage_offset()) + sum(min(r, 0) for r in reach)
+            last = int(t.storage_offset()) + sum(max(r, 0) for r in reach)
+            spans.append((first * t.element_size(), (last + 1) * t.element_size() - 1))
+        return spans[0][0] <= spans[1][1] and spans[1][0] <= spans[0][1]
+    except Exception:  # symbolic sizes: assume they overlap
+        return True
 
 
 def _returned_input(node: fx.Node) -> fx.Node | None:

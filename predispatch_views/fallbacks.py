@@ -347,6 +347,15 @@ class FallbackKind(enum.Enum):
         "runs uncompiled for such calls",
     )
 
+    OVERLAPPING_WRITE_IN_FUNCTION = FallbackReason(
+        "compile_function only: a call writing over its own input in another layout (`torch.sin(x.t(), out=x)`), "
+        "where the cut around it is refused (it runs in eager between segments otherwise)",
+        "`<op> writes <out>, which overlaps its input <input>`",
+        "eager raises or computes in its iteration order; a functional graph reads every input element first.",
+        "compile_function.py",
+        "which overlaps its input",
+    )
+
     RESTRICTED_VIEW_WRITTEN_IN_FUNCTION = FallbackReason(
         "compile_function only: the same, for the function's own inputs (it runs eagerly)",
         "`input <k> is a view autograd forbids rebasing, and the function writes an alias of it`",
@@ -383,8 +392,7 @@ class Fallback:
 
     kind: FallbackKind
     reason: str
-    # Note [Segments] in segments.py: the node (of the pre-dispatch graph) to cut the program after (None: no cut
-    # helps), or around, where it must run in eager itself (``run_eagerly``).
+    # Note [Segments]: the node to cut the program after (None: no cut helps), or around (it runs in eager itself).
     cut_after: Any = field(default=None, compare=False, repr=False)
     run_eagerly: bool = field(default=False, compare=False, repr=False)
 

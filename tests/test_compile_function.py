@@ -582,6 +582,48 @@ def test_an_out_call_that_resizes_a_viewed_tensor_still_falls_back() -> None:
         _compile(sin_into_a_viewed_out_tensor, strict=True)(_x(3, 4, requires_grad=False))
 
 
+def add_its_own_transpose(x: torch.Tensor) -> Any:
+    y = x * 1
+    y.add_(y.t())  # both dense: eager raises "unsupported operation"
+    return y.unbind(0)
+
+
+def sin_of_its_transpose_into_a_diagonal(x: torch.Tensor) -> Any:
+    d = (x * 1).diagonal()
+    torch.sin(d.t(), out=d)  # not dense: eager computes in its iteration order, reading what it wrote
+    return d.unbind(0)
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape"),
+    [(add_its_own_transpose, (3, 3)), (sin_of_its_transpose_into_a_diagonal, (3, 3, 3))],
+    ids=["add_", "out"],
+)
+def test_a_write_over_its_own_input_in_another_layout_runs_in_eager(fn: Callable[..., Any], shape: tuple) -> None:
+    """The functional graph reads every input element before writing: it gave values (or no error) eager does not
+    (fuzzer s1402_547, where Dynamo breaks the graph at the non-contiguous ``out=`` and stock matches eager). The call
+    runs in eager between two compiled segments; under no_grad its views are restricted, and the whole function
+    runs in eager."""
+    if fn is add_its_own_transpose:  # the trace raises eager's error itself
+        expected = outcome(lambda: fn(_x(*shape)))
+        assert expected[0] == "raised" and outcome(lambda: _compile(fn, strict=True)(_x(*shape))) == expected
+        return
+    assert_matches_eager(fn, _compile(fn, strict=True), lambda: [_x(*shape, requires_grad=False)])
+    with torch.no_grad():
+        assert_matches_eager(fn, _compile(fn), lambda: [_x(*shape, requires_grad=False)])
+        with pytest.raises(pv.StrictModeError, match="overlaps its input"):
+            _compile(fn, strict=True)(_x(*shape, requires_grad=False))
+
+
+def test_a_write_beside_its_input_stays_compiled() -> None:
+    def add_the_next_row(x: torch.Tensor) -> Any:
+        y = x * 1
+        y[0].add_(y[1])  # one storage, no element shared
+        return y.unbind(0)
+
+    assert_matches_eager(add_the_next_row, _compile(add_the_next_row, strict=True), lambda: [_x(3, 4)])
+
+
 def _views_after_a_custom_function(a: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fuzzer s902_72
     t1 = a.unsqueeze(1)
     ReturnsInput.apply(t1.select(0, 3))

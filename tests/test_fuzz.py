@@ -679,10 +679,11 @@ def test_finds_of_seeds_1311_1312(seed: int, index: int, setting: str) -> None:
     _assert_no_violation(seed, index, f"prototype[{setting}]", f"stock[{setting}]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: fuzz_s1402_547, present on b960ddd too (design/04, seed 1402)")
 def test_s1402_547_an_out_call_overlapping_its_input_under_compile_function() -> None:
-    """``torch.sin(t1, out=t0)`` with ``t1 = t0.t()``, the function called under no_grad: the compiled function's
-    values differ from eager's, stock's match (not analysed; an ``out=`` overlapping its input in another layout)."""
+    """``torch.sin(t1, out=t0)`` with ``t1 = t0.t()``, a diagonal, under no_grad: eager computes in its iteration
+    order, reading elements it already wrote; the functional graph read them all first. Dynamo breaks the graph at
+    the non-contiguous ``out=``, so stock matched eager; the call now runs in eager (compile_function.py,
+    ``_mark_overlapping_writes``)."""
     _assert_no_violation(1402, 547, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
