@@ -45,7 +45,7 @@ from torch import fx
 
 from . import graph_ops, output_rules
 from .fallbacks import Fallback, FallbackKind
-from .graph_meta import GraphMeta, is_any_view, taken_at
+from .graph_meta import GraphMeta, is_any_view, may_be_written_at_break, taken_at
 
 
 def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
@@ -309,8 +309,8 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
     for k, n in enumerate(meta.outputs):
         if n not in no_grad_views:
             continue
-        if meta.graph_breaks.output_crosses(k):
-            return Fallback(
+        if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, meta.root[n]):
+            return Fallback(  # Note [What runs between two graphs] in _torch_internals/dynamo_break.py
                 FallbackKind.NO_GRAD_VIEW_AT_GRAPH_BREAK,
                 f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "
                 "the graph ends at a graph break: Dynamo would crash wrapping it for the next graph if its "

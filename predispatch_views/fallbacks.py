@@ -1,7 +1,5 @@
-"""Every reason a program falls back to stock AOTAutograd: the one list the docs are generated from.
-``python -m predispatch_views.fallback_docs`` renders it between ``<!-- fallbacks:NAME -->`` markers in README.md and
-design/; tests/test_docs.py checks those blocks and that every reason the code can log carries one entry's ``marker``.
-"""
+"""Every reason a program falls back: the one list the docs are generated from (fallback_docs.py renders it into
+README.md and design/; tests/test_docs.py checks them and that every reason logged carries an entry's ``marker``)."""
 
 from __future__ import annotations
 
@@ -111,25 +109,27 @@ class FallbackKind(enum.Enum):
     )
 
     NO_GRAD_VIEW_AT_GRAPH_BREAK = FallbackReason(
-        "a graph that ends at a graph break and returns a view taken under no_grad of a tensor that requires grad",
+        "a graph that ends at a graph break and returns a view taken under no_grad of a tensor that requires grad, "
+        "unless the graph and the break's instruction cannot write its base",
         "`output <k> (<view>) is a view taken under no_grad from a tensor that requires grad, and the graph ends "
         "at a graph break: Dynamo would crash wrapping it for the next graph if its base is written in place in "
         "between`",
         "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf "
         "when it wraps the view as an input of the next graph (fake_tensor.from_real_tensor), a crash where eager "
-        "runs; stock returns a view autograd allows. Same Note.",
+        "runs; stock returns a view autograd allows. Same Note; Note [What runs between two graphs].",
         "fallback_rules.py",
         "the graph ends at a graph break",
     )
 
     MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK = FallbackReason(
-        "a graph that ends at a graph break and returns a replayed view from a multi-output view call",
+        "a graph that ends at a graph break and returns a replayed view from a multi-output view call, unless the "
+        "graph and the break's instruction cannot write its base",
         "`output <k> (<view>) is a view from a multi-output view call, returned by a graph that stops at a graph "
         "break: Dynamo would crash wrapping it for the next graph if the code between the graphs wrote its base "
         "<base> in place`",
         "eager refuses the grad_fn of a multi-output view once its base is written in place; Dynamo reads is_leaf "
         "wrapping the view for the resume function: a crash where eager raises only if grad_fn is read (fuzzer "
-        "s41_47: `c.t_()` after `c.split(...)`). Only where the code between the graphs can reach the base.",
+        "s41_47: `c.t_()` after `c.split(...)`). Only where that code can reach the base and may write it.",
         "graph_break_rules.py",
         "is a view from a multi-output view call, returned by a graph that stops",
     )

@@ -12,7 +12,7 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
-from .graph_meta import GraphMeta
+from .graph_meta import GraphMeta, may_be_written_at_break
 
 
 def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) -> Fallback | None:
@@ -23,7 +23,9 @@ def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) ->
     refuses it: a crash inside the call where eager raises only if the caller reads ``grad_fn``, and stock, which
     returns no view, runs. A base only the multi-output views themselves reach stays replayed (``q, k =
     lin(x).chunk(2)`` before a ``print``): writing one of them in place with grad enabled is eager's own error.
-    Not covered: the break's instruction writing one of them under no_grad (design/04, Known limits).
+    Not covered: the break's instruction writing one of them under no_grad (design/04, Known limits). Where Dynamo
+    tells what that instruction writes and the base is not among it, nothing can write it in between (Note [What
+    runs between two graphs] in _torch_internals/dynamo_break.py).
     """
     if not meta.graph_breaks.after:
         return None
@@ -36,7 +38,13 @@ def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) ->
     for k, n in enumerate(meta.outputs):
         if not meta.graph_breaks.output_crosses(k):
             continue
-        if n in multi_output_views and n in epilogue and n in meta.requires_grad and root[n] in reachable:
+        if (
+            n in multi_output_views
+            and n in epilogue
+            and n in meta.requires_grad
+            and root[n] in reachable
+            and may_be_written_at_break(meta, root[n])
+        ):
             return Fallback(
                 FallbackKind.MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK,
                 f"output {k} ({n.name}) is a view from a multi-output view call, returned by a graph that stops "

@@ -31,6 +31,9 @@ class GraphBreaks:
     # Inputs the runtime checks on each call not to share storage with a view stock returned (Note [Stock's views
     # across a graph break] in stock_views.py): a no_grad view of one of them may be replayed.
     checked_inputs: frozenset[int] = frozenset()
+    # What the instruction Dynamo broke the graph at may write: ("input", i), ("output", k); None: anything
+    # (Note [What runs between two graphs] in _torch_internals/dynamo_break.py).
+    break_writes: frozenset[tuple[str, int]] | None = None
 
     def input_crosses(self, i: int) -> bool:
         return self.before and (self.inputs_before is None or i in self.inputs_before)
@@ -40,6 +43,14 @@ class GraphBreaks:
 
 
 NO_GRAPH_BREAKS = GraphBreaks()
+
+
+def dynamo_graph_breaks(gm: fx.GraphModule) -> GraphBreaks:
+    """Where Dynamo split the user's function around ``gm``, which it is compiling now."""
+    after = ti.ends_at_graph_break(gm)
+    return GraphBreaks(
+        ti.starts_after_graph_break(gm), after, break_writes=ti.graph_break_writes(gm) if after else None
+    )
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,16 @@ class GraphMeta:
     @property
     def output(self) -> fx.Node:
         return self.nodes[-1]
+
+
+def may_be_written_at_break(meta: GraphMeta, root: fx.Node) -> bool:
+    """Whether the instruction Dynamo broke the graph at may write the storage of ``root`` in place (or the graph
+    writes it itself: then eager's view may refuse Dynamo's read without the instruction's help)."""
+    writes = meta.graph_breaks.break_writes
+    if writes is None or any(meta.root.get(w) is root for m in meta.mutations for w in graph_ops.written_args(m)):
+        return True
+    nodes = {meta.placeholders[i] if kind == "input" else meta.outputs[i] for kind, i in writes}
+    return any(meta.root.get(n, n) is root for n in nodes)
 
 
 def graph_meta(

@@ -36,7 +36,7 @@ from . import dynamo_slice, graph_ops, stock_views
 from .analysis import EpilogueSelection, select_epilogue_from
 from .fallbacks import Fallback, FallbackKind
 from .functionalize import FunctionalizedProgram, functionalize_preserving_views
-from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta
+from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, dynamo_graph_breaks, graph_meta
 from .inner_backend import (
     InnerBackend,
     Laps,
@@ -354,7 +354,7 @@ def _compile_dynamo_graph(
         inner,
         fallback_graph=gm,
         strict=strict,
-        graph_breaks=GraphBreaks(before=ti.starts_after_graph_break(gm), after=ti.ends_at_graph_break(gm)),
+        graph_breaks=dynamo_graph_breaks(gm),
     )
     program.stage_seconds = {"capture": captured_in, **program.stage_seconds}
     return program

@@ -624,6 +624,90 @@ def test_a_multi_output_view_of_an_input_crossing_a_graph_break_falls_back() -> 
         assert actual[0]._base is stock[0]._base is None
 
 
+def split_of_an_input_across_an_out_call(a: torch.Tensor, c: torch.Tensor) -> Any:
+    _t3, t4 = c.narrow(1, 1, 2).split_with_sizes([1, 1], 1)
+    u = torch.empty(0)
+    torch.tanh(a.detach(), out=u)  # a graph break (the out= resizes u); run eagerly between the graphs, writes u
+    return t4, u
+
+
+def no_grad_view_across_a_jump(a: torch.Tensor, b: torch.Tensor) -> Any:
+    with torch.no_grad():
+        t1 = a.t().select(1, 1)
+    if b.sum() > 0:  # a graph break on the tensor's value: it writes nothing
+        return t1, b * 2
+    return t1, b
+
+
+def no_grad_view_across_an_explicit_break(a: torch.Tensor, b: torch.Tensor) -> Any:
+    with torch.no_grad():
+        t1 = a.t().select(1, 1)
+    torch._dynamo.graph_break()
+    return t1 * 1, t1, b
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [split_of_an_input_across_an_out_call, no_grad_view_across_a_jump, no_grad_view_across_an_explicit_break],
+    ids=lambda f: f.__name__,
+)
+def test_a_view_crossing_a_graph_break_whose_instruction_cannot_write_its_base_is_replayed(fn: Any) -> None:
+    """Note [What runs between two graphs]: the break's instruction writes only ``u``, or nothing, so no write can
+    make eager's view refuse the ``grad_fn`` read of Dynamo's wrapping (the rules fell back on every such view);
+    the views crossing the break are eager's, with eager's gradients. The ``c.t_()`` and ``a.unsqueeze_(2)`` of
+    the tests above still fall back (a method call may write its object)."""
+
+    def inputs() -> list[torch.Tensor]:
+        source = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        return (
+            [source, source[1].mul(1)] if fn is split_of_an_input_across_an_out_call else [source[0].mul(1), source[1]]
+        )
+
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
+    assert_matches_eager(fn, compiled, inputs)
+    assert not pv.FALLBACKS
+    expected, actual = fn(*inputs()), compiled(*inputs())
+    for want, got in zip(expected, actual, strict=True):
+        assert want._is_view() == got._is_view()
+        if want._is_view():  # eager's view, with eager's grad_fn
+            assert type(want.grad_fn).__name__ == type(got.grad_fn).__name__
+
+
+def test_what_a_graph_break_instruction_writes() -> None:
+    seen: list[Any] = []
+
+    def recording(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        if _torch_internals.ends_at_graph_break(gm):
+            seen.append(_torch_internals.graph_break_writes(gm))
+        return gm.forward
+
+    def into_an_input(a: torch.Tensor, b: torch.Tensor) -> Any:
+        y = a * b.sum()
+        torch.add(y, 1, out=b)  # b resized: a break that writes input b (unread by the graph, b would be unknown)
+        return y
+
+    def a_method(a: torch.Tensor, b: torch.Tensor) -> Any:
+        y = a * 2
+        b.t_()  # a metadata write of an input: a method call, anything
+        return y
+
+    cases = [
+        (split_of_an_input_across_an_out_call, frozenset({("output", 1)})),
+        (no_grad_view_across_a_jump, frozenset()),
+        (no_grad_view_across_an_explicit_break, frozenset()),
+        (into_an_input, frozenset({("input", 0)})),  # Dynamo's graph takes b first (the first it reads)
+        (a_method, None),
+    ]
+    for fn, writes in cases:
+        torch._dynamo.reset()
+        seen.clear()
+        first = torch.randn(3) if fn is split_of_an_input_across_an_out_call else torch.randn(2, 3)
+        torch.compile(fn, backend=recording)(first, torch.randn(3, 3))
+        assert seen == [writes], fn.__name__
+
+
 def returns_input_without_grad_then_breaks(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s52_376
     t1 = b.tanh() * b
     t1.unsqueeze_(1)

@@ -87,6 +87,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
     "(dynamo_traced_code.py; without it every traced forward counts as inlined)": _BOTH,
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
+    "InstructionTranslator.current_tx(): current_instruction, stack, kw_names (dynamo_break.py)": _BOTH,
     "torch._inductor.compile_fx.compile_fx": _BOTH,
     "torch._TorchCompileInductorWrapper.__call__": _BOTH,
     "torch._functionalize_is_multi_output_view": _BOTH,
@@ -305,13 +306,8 @@ def stock_aot_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     from torch._functorch.aot_autograd import aot_function
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    return aot_function(
-        fn,
-        fw_compiler=boxed_nop,
-        bw_compiler=boxed_nop,
-        partition_fn=min_cut_rematerialization_partition,
-        keep_inference_input_mutations=True,
-    )
+    partition = min_cut_rematerialization_partition
+    return aot_function(fn, boxed_nop, boxed_nop, partition_fn=partition, keep_inference_input_mutations=True)
 
 
 def inductor_compile_fx() -> Callable[..., Any]:
@@ -391,8 +387,8 @@ def two_tensor_class() -> type:
     return TwoTensor
 
 
-# Which custom autograd.Functions Dynamo inlined (from its traced-code record); what an op's backward reads (Note
-# [Which ops save their result]); the partitioner's recompute tag.
+# Dynamo's record (inlined Functions, a break's writes); what backward reads (Note [Which ops save their result]).
+from .dynamo_break import graph_break_writes  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions  # noqa: E402, F401
 from .saved_for_backward import backward_reads, backward_reads_result, mark_must_recompute  # noqa: E402, F401
 

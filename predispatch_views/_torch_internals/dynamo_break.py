@@ -1,0 +1,95 @@
+"""What the instruction Dynamo broke a graph at may write (private Dynamo APIs, behind _torch_internals like every
+other): Note [What runs between two graphs].
+
+Note [What runs between two graphs]
+At a graph break in the frame Dynamo compiles (not inside a function it inlined), Dynamo compiles the graph so far,
+runs the one instruction it could not trace in eager, and calls a resume function for the rest, whose trace wraps
+the graph's outputs again (reading ``grad_fn`` and ``is_leaf``). Eager's view of a base written in place in
+between refuses that read; so the instruction decides whether a replayed view crossing the break is safe. While
+the backend compiles the graph, Dynamo's translator still holds that instruction and, on its stack, what it
+takes: a jump on a tensor's truth value writes nothing, nor does ``print`` of tensors and constants or
+``torch._dynamo.graph_break()``, and a torch function called with ``out=`` (Dynamo breaks at an ``out=`` it
+cannot trace) writes only its out tensors. Anything else may write whatever it reaches: unknown.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+Written = frozenset[tuple[str, int]]  # ("input", i) or ("output", k) of the graph being compiled
+
+
+def graph_break_writes(gm: Any) -> Written | None:
+    """The inputs and outputs of ``gm`` (compiled at a graph break) that the instruction run in eager before the
+    resume function may write in place, or None where that cannot be told."""
+    try:
+        return _writes(gm)
+    except Exception:  # any surprise in Dynamo's state: unknown, the conservative answer
+        return None
+
+
+def _writes(gm: Any) -> Written | None:
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    from torch._dynamo.variables import BuiltinVariable, ConstantVariable, SkipFunctionVariable, TensorVariable
+    from torch._dynamo.variables.misc import NullVariable
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    if reason is None or not reason.graph_break or len(reason.user_stack or ()) != 1:
+        return None  # a break inside an inlined function: the rest of that function runs in eager too
+    tx = InstructionTranslator.current_tx()
+    if tx is None or tx.output.graph is not gm.graph:
+        return None
+    inst, stack = tx.current_instruction, [_unwrapped(v) for v in tx.stack]
+    if inst.opname.startswith(("POP_JUMP", "JUMP_IF")):
+        return frozenset() if stack and type(stack[-1]) is TensorVariable else None
+    if inst.opname != "CALL" or sys.version_info[:2] not in ((3, 11), (3, 12)) or inst.arg is None:
+        return None
+    n = inst.arg
+    if len(stack) < n + 2 or not isinstance(stack[-n - 2], NullVariable):
+        return None  # a method call (no NULL below the callable): the method may write its object
+    fn, args = stack[-n - 1], stack[len(stack) - n :]
+    names = tx.kw_names.as_python_constant() if tx.kw_names is not None else ()
+    kwargs = dict(zip(names, args[n - len(names) :]))
+    if isinstance(fn, SkipFunctionVariable) and fn.value is torch._dynamo.graph_break:
+        return frozenset()
+    if isinstance(fn, BuiltinVariable) and fn.fn is print:
+        plain = all(type(a) in (TensorVariable, ConstantVariable) for a in args)
+        return frozenset() if plain else None
+    if not isinstance(fn, TorchInGraphFunctionVariable) or "out" not in kwargs:
+        return None
+    if getattr(fn.value, "__name__", "_").endswith("_") or any(
+        isinstance(a, TensorVariable) and type(a) is not TensorVariable for a in args
+    ):
+        return None  # an in-place torch function, or a tensor subclass's __torch_function__
+    out = kwargs["out"]
+    outs = list(getattr(out, "items", [out]))
+    return _positions(gm, outs)
+
+
+def _unwrapped(v: Any) -> Any:
+    """A realized lazy variable's tracker; an unrealized one stays as it is (no guard is installed)."""
+    from torch._dynamo.variables.lazy import LazyVariableTracker
+
+    return v.unwrap() if isinstance(v, LazyVariableTracker) and v.is_realized() else v
+
+
+def _positions(gm: Any, written: list[Any]) -> Written | None:
+    from torch._dynamo.variables import TensorVariable
+
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    outputs = list(torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0]))
+    found: set[tuple[str, int]] = set()
+    for w in written:
+        if type(w) is not TensorVariable:
+            return None
+        node = w.as_proxy().node
+        where = [("input", i) for i, p in enumerate(placeholders) if p is node]
+        where += [("output", k) for k, o in enumerate(outputs) if o is node]
+        if not where:
+            return None
+        found.update(where)
+    return frozenset(found)
