@@ -42,14 +42,13 @@ import torch
 from torch import fx, nn
 
 from . import _torch_internals as ti
-from . import graph_ops
 from .capture import UnsupportedCapture, written_inputs
 from .fallbacks import Fallback, FallbackKind
 from .function_capture import FunctionCapture, capture_closure
-from .graph_meta import graph_meta
+from .function_rules import mark_input_metadata_mutations, metadata_mutation_of_a_returned_input, returned_input
 from .labels import LABEL_KEY, function_label
 from .module_state import getter, module_state, owned_modules, restore_module_state, training_flags
-from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured, input_alias_groups
+from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured
 from .runtime import restricted_view_aliasing
 
 log = logging.getLogger("predispatch_views")
@@ -195,7 +194,9 @@ def _compile(
         message = f"the function rebinds {rebound} (a traced value would be kept)"
         return _eager(fn, Fallback(FallbackKind.REBINDS_MODULE_STATE, message), strict, None)
 
-    _mark_input_metadata_mutations(capture.graph, tensors + capture.lifted)
+    if (reason := metadata_mutation_of_a_returned_input(capture.graph)) is not None:
+        return _eager(fn, Fallback(FallbackKind.UNFAITHFUL_TRACE_IN_FUNCTION, reason), strict, None)
+    mark_input_metadata_mutations(capture.graph, tensors + capture.lifted)
 
     entry = _Entry(out_spec=out_specs[0])
     entry.lifted = [getter(t, owners, state) for t in capture.lifted]
@@ -250,7 +251,7 @@ def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source
         if not isinstance(leaf, torch.Tensor):
             sources.append(_Constant(leaf))
             continue
-        root = _returned_input(returned[k])
+        root = returned_input(returned[k])
         if id(leaf) in input_ids:
             sources.append(_FromInput(input_ids[id(leaf)]))
         elif root is not None:  # a lifted tensor, returned (or mutated in place and returned)
@@ -259,95 +260,6 @@ def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source
             sources.append(_FromProgram(first.setdefault(id(leaf), k)))
         k += 1
     return sources
-
-
-def _mark_input_metadata_mutations(gm: fx.GraphModule, example: list[torch.Tensor]) -> None:
-    """Mark the metadata mutations (``x.t_()``, ``x.unsqueeze_(1)``) of an input that compiled code cannot apply
-    as eager does, to run in eager between two compiled segments (``RUN_EAGERLY``; Note [Segments]), where Dynamo
-    breaks the graph at the same call. AOTAutograd applies an input's final metadata after the compiled region with
-    one ``as_strided_``, or nothing where it ends as it was, so eager's version bumps, which the input shares with
-    its aliases, differ:
-
-    - on the input itself, always: an alias's grad_fn not regenerated (fuzzer s41_188), a tensor AOTAutograd saved
-      from an aliased input gone stale where eager's is not (s53_604), a zero gradient for a base eager's graph
-      never reaches (s52_634);
-    - on a view of an input, when a later differentiable op may save that input: the saved input is at a newer
-      version than it saved, a backward error eager does not raise (found by the fuzzer).
-    Where the cut is refused, the reason becomes the function's fallback (fallback_rules.call_to_run_eagerly).
-    """
-    meta = graph_meta(
-        gm,
-        grad_enabled=torch.is_grad_enabled(),
-        input_alias_groups=input_alias_groups(example),
-        input_requires_grad=[t.requires_grad for t in example],
-    )
-    nodes, root, requires_grad = meta.nodes, meta.root, meta.requires_grad
-    _mark_overlapping_writes(nodes, root)
-    mutated: dict[fx.Node, fx.Node] = {}  # input root -> its first metadata mutation
-    for n in nodes:
-        if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n):
-            if (target := _returned_input(n)) is not None:
-                n.meta[graph_ops.RUN_EAGERLY] = f"{graph_ops.op_name(n)} of {target}"
-                continue
-            base = root.get(graph_ops.mutated_input(n))  # type: ignore[arg-type]
-            if base is not None and base.op == "placeholder":
-                mutated.setdefault(base, n)
-        elif (
-            n in requires_grad
-            and not (graph_ops.is_view(n) or graph_ops.is_view_getitem(n) or graph_ops.backward_reads_no_input(n))
-            and any(root.get(i) in mutated for i in n.all_input_nodes)
-        ):
-            m = next(mutated[root[i]] for i in n.all_input_nodes if root.get(i) in mutated)
-            m.meta[graph_ops.RUN_EAGERLY] = f"{graph_ops.op_name(m)} of {graph_ops.mutated_input(m)}"
-
-
-def _mark_overlapping_writes(nodes: list[fx.Node], root: dict[fx.Node, fx.Node]) -> None:
-    """Mark a call that writes a tensor overlapping, in another layout, a tensor the same call reads
-    (``torch.sin(x.t(), out=x)``, ``x.add_(x.t())``) to run in eager (Note [Segments]). Eager raises "unsupported
-    operation" where both are dense, or computes in its iteration order, reading elements it already wrote; the
-    functional graph reads everything first (fuzzer s1402_547). Dynamo breaks the graph at an ``out=`` call whose
-    out tensor is not contiguous, so stock keeps eager's result there."""
-    for n in nodes:
-        if graph_ops.runs_eagerly(n) is not None or graph_ops.is_opaque_call(n):
-            continue
-        written = graph_ops.written_args(n)
-        for w in written:
-            read = (r for r in n.all_input_nodes if r not in written and root.get(r) is root.get(w))
-            if (r := next((r for r in read if _partially_overlap(w, r)), None)) is not None:
-                n.meta[graph_ops.RUN_EAGERLY] = f"{graph_ops.op_name(n)} writes {w}, which overlaps its input {r}"
-                break
-
-
-def _partially_overlap(a: fx.Node, b: fx.Node) -> bool:
-    """Whether two aliases of one storage share an element in different layouts (not known: True)."""
-    x, y = a.meta.get("val"), b.meta.get("val")
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
-        return True
-    try:
-        layout = [(t.dtype, t.shape, t.stride(), t.storage_offset()) for t in (x, y)]
-        if layout[0] == layout[1]:
-            return False  # the same elements at the same positions: eager's and the functional results agree
-        if x.numel() == 0 or y.numel() == 0:
-            return False
-        spans = []  # the bytes each may touch
-        for t in (x, y):
-            reach = [(int(s) - 1) * int(st) for s, st in zip(t.shape, t.stride())]
-            first = int(t.storage_offset()) + sum(min(r, 0) for r in reach)
-            last = int(t.storage_offset()) + sum(max(r, 0) for r in reach)
-            spans.append((first * t.element_size(), (last + 1) * t.element_size() - 1))
-        return spans[0][0] <= spans[1][1] and spans[1][0] <= spans[0][1]
-    except Exception:  # symbolic sizes: assume they overlap
-        return True
-
-
-def _returned_input(node: fx.Node) -> fx.Node | None:
-    """The placeholder ``node`` is, following in-place calls (which return their first argument)."""
-    while node.op != "placeholder":
-        target = graph_ops.mutated_input(node)
-        if target is None:
-            return None
-        node = target
-    return node
 
 
 def _prune_unused_inputs(gm: fx.GraphModule) -> list[int]:

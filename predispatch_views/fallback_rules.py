@@ -57,8 +57,8 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
     for n in (n for n in meta.nodes if n in live or graph_ops.written_args(n)):
         if (what := graph_ops.runs_eagerly(n)) is not None and graph_ops.is_metadata_mutation(n):
             return _metadata_mutation_to_run_eagerly(n, what)
-        if what is not None and not graph_ops.is_opaque_call(n):  # compile_function.py, _mark_overlapping_writes
-            return Fallback(FallbackKind.OVERLAPPING_WRITE_IN_FUNCTION, what, cut_after=n, run_eagerly=True)
+        if what is not None and not graph_ops.is_opaque_call(n):  # function_rules.py, _mark_overlapping_writes
+            return Fallback(FallbackKind.UNFAITHFUL_TRACE_IN_FUNCTION, what, cut_after=n, run_eagerly=True)
         if what is not None and graph_ops.written_args(n):  # ctx.mark_dirty: written in place and returned
             return Fallback(
                 FallbackKind.AUTOGRAD_FUNCTION_IN_GRAPH,
@@ -84,8 +84,8 @@ def _observed(meta: GraphMeta) -> set[fx.Node]:
 
 
 def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:
-    """compile_function: a metadata mutation of an input marked to run in eager (compile_function.py,
-    ``_mark_input_metadata_mutations``); this is the reason where the cut around it is refused."""
+    """compile_function: a metadata mutation of an input marked to run in eager (function_rules.py,
+    ``mark_input_metadata_mutations``); this is the reason where the cut around it is refused."""
     target = graph_ops.mutated_input(n)
     while target is not None and graph_ops.mutated_input(target) is not None:  # a chain of in-place calls
         target = graph_ops.mutated_input(target)

@@ -21,9 +21,8 @@ class FallbackKind(enum.Enum):
     """Why a program falls back: each member's value is its entry in the docs' lists."""
 
     STORAGE_CHANGE = FallbackReason(
-        "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage "
-        "change) (compile_function compiles an `out=` call that resizes only tensors the function made, "
-        "unaliased)",
+        "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage change) "
+        "(compile_function compiles an `out=` call that resizes only tensors the function made, unaliased)",
         "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
         "functionalization cannot express a storage swap, and a replayed view would see a different storage than "
         "eager's.",
@@ -157,8 +156,7 @@ class FallbackKind(enum.Enum):
     )
 
     CORE_WRITES_THROUGH_A_VIEW = FallbackReason(
-        "a base the epilogue views, or a value returned as it is, that the compiled region writes through a view "
-        "covering all of it",
+        "a base the epilogue views, or a value returned as is, that the compiled region writes through a full view",
         "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views it` (or `and "
         "returns it, which eager returns as no view`) `: AOTAutograd would return it as an alias of its own base`",
         "AOTAutograd regenerates it as a view of the functional result: a view where eager returns none (s53_155), "
@@ -347,13 +345,15 @@ class FallbackKind(enum.Enum):
         "runs uncompiled for such calls",
     )
 
-    OVERLAPPING_WRITE_IN_FUNCTION = FallbackReason(
-        "compile_function only: a call writing over its own input in another layout (`torch.sin(x.t(), out=x)`), "
-        "where the cut around it is refused (it runs in eager between segments otherwise)",
-        "`<op> writes <out>, which overlaps its input <input>`",
-        "eager raises or computes in its iteration order; a functional graph reads every input element first.",
-        "compile_function.py",
-        "which overlaps its input",
+    UNFAITHFUL_TRACE_IN_FUNCTION = FallbackReason(
+        "compile_function only: a write over its own input in another layout (`torch.sin(x.t(), out=x)`), unless cut "
+        "around, or a metadata mutation of a dropout that returns its input",
+        "`<op> writes <out>, which overlaps its input <input>` or `<op> of <dropout>, which is its input itself in "
+        "eager but a fresh tensor in the trace`, then `: the trace cannot reproduce it`",
+        "eager raises or computes in its iteration order (a functional graph reads every element first); eager "
+        "resizes the input, the trace a copy (fuzzer s1402_547, s1501_1617).",
+        "function_rules.py",
+        "the trace cannot reproduce it",
     )
 
     RESTRICTED_VIEW_WRITTEN_IN_FUNCTION = FallbackReason(

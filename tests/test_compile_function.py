@@ -615,6 +615,18 @@ def test_a_write_over_its_own_input_in_another_layout_runs_in_eager(fn: Callable
             _compile(fn, strict=True)(_x(*shape, requires_grad=False))
 
 
+def test_a_metadata_write_of_a_dropout_that_returns_its_input_runs_in_eager() -> None:
+    def unsqueeze_a_p0_dropout(b: torch.Tensor) -> Any:  # fuzzer s1501_1617
+        t0 = F.dropout(b, 0.0, True)  # b itself in eager; a fresh tensor in the trace
+        t1 = F.dropout(t0, 0.0, True)
+        t0.unsqueeze_(2)
+        return ((b * t1).select(1, 1),)
+
+    assert_matches_eager(unsqueeze_a_p0_dropout, _compile(unsqueeze_a_p0_dropout), lambda: [_x(3, 3).mul(1)])
+    with pytest.raises(pv.StrictModeError, match="a fresh tensor in the trace"):
+        _compile(unsqueeze_a_p0_dropout, strict=True)(_x(3, 3).mul(1))
+
+
 def test_a_write_beside_its_input_stays_compiled() -> None:
     def add_the_next_row(x: torch.Tensor) -> Any:
         y = x * 1

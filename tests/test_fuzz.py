@@ -682,9 +682,17 @@ def test_finds_of_seeds_1311_1312(seed: int, index: int, setting: str) -> None:
 def test_s1402_547_an_out_call_overlapping_its_input_under_compile_function() -> None:
     """``torch.sin(t1, out=t0)`` with ``t1 = t0.t()``, a diagonal, under no_grad: eager computes in its iteration
     order, reading elements it already wrote; the functional graph read them all first. Dynamo breaks the graph at
-    the non-contiguous ``out=``, so stock matched eager; the call now runs in eager (compile_function.py,
-    ``_mark_overlapping_writes``)."""
+    the non-contiguous ``out=``, so stock matched eager; the call now runs in eager (function_rules.py,
+    ``function_rules._mark_overlapping_writes``)."""
     _assert_no_violation(1402, 547, "prototype_fn[aot_eager]", "stock[aot_eager]")
+
+
+def test_s1501_1617_a_metadata_write_of_a_dropout_that_returns_its_input_under_compile_function() -> None:
+    """``t0 = F.dropout(b, 0.0, True); t0.unsqueeze_(2)``: in eager ``t0`` is ``b`` itself, so ``b`` and every
+    later use of it gain a dimension; the trace's dropout allocates, so its later sizes were a copy's, and the
+    compiled segment after the eager ``unsqueeze_`` crashed in backward where stock runs. The function now runs in
+    eager (function_rules.metadata_mutation_of_a_returned_input)."""
+    _assert_no_violation(1501, 1617, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
