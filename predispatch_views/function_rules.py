@@ -1,7 +1,7 @@
 """compile_function's rules about calls its one trace cannot reproduce as eager runs them: which run in eager
 between two compiled segments (``RUN_EAGERLY``; Note [Segments] in segments.py), and which make the whole function
-run eagerly (Note [compile_function falls back to eager] in compile_function.py). Dynamo breaks the graph at most
-of them, so the backend never sees them."""
+run eagerly (Note [compile_function falls back to eager] in compile_function.py). Under Dynamo, stock meets them as a
+graph break (an input's metadata mutation, a non-contiguous ``out=``) or traces them as the backend does."""
 
 from __future__ import annotations
 
