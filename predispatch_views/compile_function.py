@@ -45,7 +45,7 @@ from . import _torch_internals as ti
 from .capture import UnsupportedCapture, written_inputs
 from .fallbacks import Fallback, FallbackKind
 from .function_capture import FunctionCapture, capture_closure
-from .function_rules import mark_input_metadata_mutations, metadata_mutation_of_a_returned_input, returned_input
+from .function_rules import mark_calls_to_run_eagerly, metadata_mutation_of_a_returned_input, returned_input
 from .labels import LABEL_KEY, function_label
 from .module_state import getter, module_state, owned_modules, restore_module_state, training_flags
 from .pipeline import FALLBACKS, CompiledProgram, InnerBackend, StrictModeError, compile_captured
@@ -196,7 +196,7 @@ def _compile(
 
     if (reason := metadata_mutation_of_a_returned_input(capture.graph)) is not None:
         return _eager(fn, Fallback(FallbackKind.UNFAITHFUL_TRACE_IN_FUNCTION, reason), strict, None)
-    mark_input_metadata_mutations(capture.graph, tensors + capture.lifted)
+    mark_calls_to_run_eagerly(capture.graph, tensors + capture.lifted)
 
     entry = _Entry(out_spec=out_specs[0])
     entry.lifted = [getter(t, owners, state) for t in capture.lifted]

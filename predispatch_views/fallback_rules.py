@@ -85,7 +85,7 @@ def _observed(meta: GraphMeta) -> set[fx.Node]:
 
 def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:
     """compile_function: a metadata mutation of an input marked to run in eager (function_rules.py,
-    ``mark_input_metadata_mutations``); this is the reason where the cut around it is refused."""
+    ``mark_calls_to_run_eagerly``); this is the reason where the cut around it is refused."""
     target = graph_ops.mutated_input(n)
     while target is not None and graph_ops.mutated_input(target) is not None:  # a chain of in-place calls
         target = graph_ops.mutated_input(target)

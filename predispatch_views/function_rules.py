@@ -9,11 +9,24 @@ import torch
 from torch import fx
 
 from . import graph_ops
-from .graph_meta import graph_meta
+from .graph_meta import GraphMeta, graph_meta
 from .pipeline import input_alias_groups
 
 
-def mark_input_metadata_mutations(gm: fx.GraphModule, example: list[torch.Tensor]) -> None:
+def mark_calls_to_run_eagerly(gm: fx.GraphModule, example: list[torch.Tensor]) -> None:
+    """Mark the calls of ``gm`` that compiled code cannot run as eager does, over one metadata record: an input's
+    metadata mutations and writes over a call's own input in another layout."""
+    meta = graph_meta(
+        gm,
+        grad_enabled=torch.is_grad_enabled(),
+        input_alias_groups=input_alias_groups(example),
+        input_requires_grad=[t.requires_grad for t in example],
+    )
+    _mark_overlapping_writes(meta.nodes, meta.root)
+    _mark_input_metadata_mutations(meta)
+
+
+def _mark_input_metadata_mutations(meta: GraphMeta) -> None:
     """Mark the metadata mutations (``x.t_()``, ``x.unsqueeze_(1)``) of an input that compiled code cannot apply
     as eager does, to run in eager between two compiled segments (``RUN_EAGERLY``; Note [Segments]), where Dynamo
     breaks the graph at the same call. AOTAutograd applies an input's final metadata after the compiled region with
@@ -27,14 +40,7 @@ def mark_input_metadata_mutations(gm: fx.GraphModule, example: list[torch.Tensor
       version than it saved, a backward error eager does not raise (found by the fuzzer).
     Where the cut is refused, the reason becomes the function's fallback (fallback_rules.call_to_run_eagerly).
     """
-    meta = graph_meta(
-        gm,
-        grad_enabled=torch.is_grad_enabled(),
-        input_alias_groups=input_alias_groups(example),
-        input_requires_grad=[t.requires_grad for t in example],
-    )
     nodes, root, requires_grad = meta.nodes, meta.root, meta.requires_grad
-    _mark_overlapping_writes(nodes, root)
     mutated: dict[fx.Node, fx.Node] = {}  # input root -> its first metadata mutation
     for n in nodes:
         if graph_ops.is_metadata_mutation(n) and not graph_ops.is_storage_mutation(n):
