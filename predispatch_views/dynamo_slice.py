@@ -328,8 +328,6 @@ def _tagged(
     for n in graph.nodes:
         if n in copied:  # a size or a view the core reads too: a copy in each
             env[n] = copy.node_copy(n, env.__getitem__)
-            if n in recompute:
-                ti.mark_must_recompute(env[n])
             replayed[n] = copy.node_copy(n, in_epilogue)
             _tag(replayed[n])
             continue
@@ -344,9 +342,8 @@ def _tagged(
         new = copy.node_copy(n, in_epilogue if n in epilogue or n.op == "output" else env.__getitem__)
         if n in epilogue:
             _tag(new)
-        elif n in recompute:
-            ti.mark_must_recompute(new)
         env[n] = new
+    ti.mark_must_recompute(env[n] for n in recompute if n in copied or n not in epilogue)  # the core's copies
     return copy
 
 

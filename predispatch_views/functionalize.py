@@ -73,13 +73,13 @@ def _core_graph(gm: fx.GraphModule, selection: EpilogueSelection) -> fx.GraphMod
             env[n] = env[n.args[0]]  # type: ignore[index]
             continue
         env[n] = graph.node_copy(n, env.__getitem__)
-        if n in selection.recompute:  # Note [Bases the compiled backward must not save] in output_rules.py
-            ti.mark_must_recompute(env[n])
         if n in selection.epilogue and graph_ops.mutated_input(n) is not None:
             # The epilogue replays the in-place call on the core's (unmutated) base; the core only needs the
             # resulting value, which the out-of-place form computes without touching the base.
             env[n].target = graph_ops.out_of_place(n.target)
     graph.output(tuple(env[n] for n in selection.externals))
+    # Note [Bases the compiled backward must not save] in output_rules.py
+    ti.mark_must_recompute(env[n] for n in selection.recompute if n in env)
     return fx.GraphModule(gm, graph)
 
 

@@ -16,6 +16,16 @@ count: a call run in eager (the epilogue, a Function between segments) saves wha
 The same tag lets a write that runs in eager reach a base the compiled region reads: a mutation replayed after
 the core (Note [Mutations the epilogue must not replay]) or one in a later segment or eager call (Note [Segments])
 no longer falls back where the region's readers merely may save the base or recompute from it.
+
+Note [What a recomputation may save]
+A node tagged for recomputation is recomputed from what the backward holds; the min-cut partitioner, free to go on,
+may recompute past it and save the graph's inputs instead, since an input costs no memory. Eager saved no input
+there, so a write to that input (or to an alias of it) after the graph, before the backward, made the compiled
+backward raise where eager's runs (fuzzer s1502_2277: ``t0 = a.add(1); t0.sum(0).sin_()``, ``t0`` tagged; the
+backward saved ``a`` to recompute ``t0`` and the sum, and the graph break's ``b.transpose_``, ``b`` a view of
+``a``'s base, bumped its version). So each tensor the core computes from a tagged node is tagged MUST_SAVE: the
+recomputation stops at the tagged nodes, and the backward saves values the core computed past them (here the
+sum, which eager's ``sin_`` saves too), never an input merely to recompute the tagged ones.
 """
 
 from __future__ import annotations

@@ -174,14 +174,13 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
                 elif i not in inside:
                     read(i)
             env[n] = graph.node_copy(n, env.__getitem__)
-            if n in recompute:
-                ti.mark_must_recompute(env[n])
         kept = [n for n in members if any(u not in inside for u in n.users)]
         for j, n in enumerate(kept):
             returned_by[n] = (name, j)
             if not isinstance(n.meta.get("val"), torch.Tensor) and any(u is not output for u in n.users):
                 return f"{n.name}, which a later segment reads, is not a tensor"
         graph.output(tuple(env[n] for n in kept))
+        ti.mark_must_recompute(env[n] for n in members if n in recompute)
         stages.append(Stage(name, fx.GraphModule(meta.gm, graph), tuple(sources), compiled, tuple(kept)))
     outputs: list[Source] = []
     for r in returned:

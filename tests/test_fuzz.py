@@ -695,14 +695,13 @@ def test_s1501_1617_a_metadata_write_of_a_dropout_that_returns_its_input_under_c
     _assert_no_violation(1501, 1617, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: fuzz_s1502_2277, a regression of d873754 (design/04)")
 def test_s1502_2277_an_input_saved_for_a_recompute_then_written_through_an_alias() -> None:
-    """Open. ``t0 = a.add(1.0); t1 = t0.sum(0); t1.sin_(); t2 = F.dropout(t0, 0.0, True); b.transpose_(0, 2)``,
-    returning ``t2, t1``, where ``a`` and ``b`` are views of one base. The backward raises "modified by an inplace
-    operation" on a (2, 4, 3) tensor where eager's and stock's run: the compiled backward saves the input ``a``
-    (to recompute ``t0``, the replayed dropout's base), and ``b.transpose_``, the graph break, bumps the version
-    counter ``a`` shares with ``b``. Present on d873754, where a p=0 dropout stopped counting as a random draw
-    (Note [Bases the compiled backward must not save] tags ``t0`` since); not on b960ddd."""
+    """``t0 = a.add(1.0); t1 = t0.sum(0); t1.sin_(); t2 = F.dropout(t0, 0.0, True); b.transpose_(0, 2)``,
+    returning ``t2, t1``, where ``a`` and ``b`` are views of one base. The backward raised "modified by an inplace
+    operation" on a (2, 4, 3) tensor where eager's and stock's run: the compiled backward saved the input ``a``
+    (to recompute ``t0``, the replayed dropout's base, and the sum from it), and ``b.transpose_``, the graph break,
+    bumped the version counter ``a`` shares with ``b``. A regression of d873754, where a p=0 dropout stopped
+    counting as a random draw; Note [What a recomputation may save] fixes it."""
     _assert_no_violation(1502, 2277, "prototype[aot_eager]", "stock[aot_eager]")
 
 

@@ -1482,3 +1482,43 @@ def test_what_a_backward_reads_is_asked_of_torch() -> None:
     for op, inputs in ((aten.add.out, set()), (aten.sin.out, {0})):  # out=: asked of the functional overload
         reads = _torch_internals.backward_reads(op, (x,) * (2 if op is aten.add.out else 1), {"out": x})
         assert reads is not None and (set(reads.inputs), reads.result) == (inputs, False), (op, reads)
+
+
+def recomputes_a_written_sum_from_its_input(a: torch.Tensor) -> Any:  # fuzzer s1502_2277, the graph break's write
+    t0 = a.add(1.0)  # the base of the replayed views: tagged for recomputation
+    t1 = t0.sum(0)
+    t1.sin_()  # eager saves the sum (sin_'s input), never ``a``
+    return (*t0.unbind(0), t1)
+
+
+def recomputes_a_sum_from_its_input_no_mutation(a: torch.Tensor) -> Any:  # the same on Dynamo's slice
+    t0 = a.add(1.0)
+    return (*t0.unbind(0), t0.sum(0).sin())
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize(
+    "program",
+    [recomputes_a_written_sum_from_its_input, recomputes_a_sum_from_its_input_no_mutation],
+    ids=lambda f: f.__name__,
+)
+def test_a_caller_write_to_an_input_eagers_backward_never_saved(program: Callable[..., Any], entry: str) -> None:
+    """Note [What a recomputation may save]: with the base of the replayed views tagged for recomputation, the
+    min-cut partitioner recomputed past it, saved the input ``a`` and recomputed the sum from it; the caller's
+    write to ``a`` after the call made the compiled backward raise where eager's and stock's run. The first values
+    computed from a tagged node are saved now; the gradients are eager's and no fallback hides it."""
+
+    def run(fn: Callable[..., Any]) -> Any:
+        base = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        a = base.mul(1)
+        outs = fn(a)
+        a.mul_(2)
+        torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+        return base.grad
+
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    expected = run(program)
+    actual = run(_compiled_by(entry, program))
+    torch.testing.assert_close(actual, expected)
+    assert not pv.FALLBACKS

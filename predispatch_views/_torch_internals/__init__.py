@@ -99,7 +99,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._C.DisableTorchFunction (record_opaque_call, torch_function_disabled)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
-    "node.meta['recompute'] = CheckpointPolicy.MUST_RECOMPUTE honoured by the min-cut partitioner "
+    "node.meta['recompute'] = CheckpointPolicy.MUST_RECOMPUTE / MUST_SAVE honoured by the min-cut partitioner "
     "(mark_must_recompute)": _BOTH,
     "torch._dynamo.exc.RestartAnalysis (DYNAMO_RESTARTS)": _BOTH,
     "torch.amp.autocast_mode: _enter_autocast, _exit_autocast": _BOTH,

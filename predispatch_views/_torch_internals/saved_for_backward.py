@@ -16,6 +16,7 @@ read", the conservative answer. The answers are cached per op and input signatur
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,9 +171,18 @@ def _written_leaves(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> s
     return found
 
 
-def mark_must_recompute(node: torch.fx.Node) -> None:
-    """Ask the partitioner to recompute ``node`` in the backward rather than save it (the tag activation
-    checkpointing sets; AOTAutograd copies it from the graph it traces onto the joint graph's nodes)."""
+def mark_must_recompute(nodes: Iterable[torch.fx.Node]) -> None:
+    """Ask the partitioner to recompute ``nodes`` in the backward rather than save them (the tag activation
+    checkpointing sets; AOTAutograd copies it from the graph it traces onto the joint graph's nodes), and to save
+    rather than recompute each tensor computed from them: a recomputation that went on past ``nodes`` would save
+    their inputs instead (Note [What a recomputation may save] in output_rules.py). Call it on a built graph."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    tagged = set(nodes)
+    for n in tagged:
+        n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    for n in tagged:
+        for user in n.users:
+            value = user.meta.get("val", user.meta.get("example_value"))
+            if user.op in ("call_function", "call_method") and user not in tagged and isinstance(value, torch.Tensor):
+                user.meta.setdefault("recompute", CheckpointPolicy.MUST_SAVE)
