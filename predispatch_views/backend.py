@@ -24,7 +24,14 @@ def backend(inner: InnerBackend = "inductor", *, strict: bool = False) -> Callab
         return compile_dynamo_graph(gm, example_inputs, inner, strict=strict).run
 
     predispatch_views_backend.inner = inner  # type: ignore[attr-defined]
+    predispatch_views_backend.is_predispatch_views = True  # type: ignore[attr-defined]
+    # Note [An inlined Function returns its input as eager does] (dynamo_traced_code.py), for this backend only.
+    ti.install_inlined_function_returns(_is_this_backend)
     return predispatch_views_backend
+
+
+def _is_this_backend(compiler_fn: Any) -> bool:
+    return getattr(compiler_fn, "is_predispatch_views", False)
 
 
 # What the ``torch_dynamo_backends`` entry point and ``register()`` name "predispatch_views".

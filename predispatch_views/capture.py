@@ -116,7 +116,8 @@ def capture_limitation(gm: fx.GraphModule) -> Fallback | None:
 
 
 def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
-    """A custom autograd.Function whose forward Dynamo inlined as plain code because no input required grad.
+    """A custom autograd.Function whose forward Dynamo inlined as plain code because no input required grad, in a
+    call Note [An inlined Function returns its input as eager does] (_torch_internals) could not rewrite.
 
     Dynamo traced the forwards of the Functions the capture keeps as nodes too (Note [Custom autograd.Functions in
     the core]): those whose lines the nodes' forward graphs record are not counted. Asked after the capture, where

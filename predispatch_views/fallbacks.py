@@ -220,9 +220,9 @@ class FallbackKind(enum.Enum):
         "input it returns could show: an output aliasing an input, a written input, a metadata mutation",
         "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns "
         "would be the input itself, where eager's is a view of it`",
-        "without grad Dynamo traces the forward as plain code: eager's apply returns an unchanged input as a view "
-        "of it (`view_as`), the replay the input itself (fuzzer s52_376, where stock's output was a view). Found "
-        "through `TracingContext.get_traced_code()`.",
+        "without grad Dynamo traces the forward as plain code, returning an input as the input itself; eager's "
+        "apply returns a view (`view_as`). The backend rewrites such calls (Note [An inlined Function returns its "
+        "input as eager does]); this is the rest (another container, an output requiring grad that is no input).",
         "capture.py",
         "Dynamo inlined the forward of autograd.Function",
     )

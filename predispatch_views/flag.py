@@ -46,6 +46,8 @@ def _install() -> None:
         return compile_dynamo_graph(model_, inputs_, inner).run
 
     wrapper_class.__call__ = __call__
+    # Note [An inlined Function returns its input as eager does] (dynamo_traced_code.py), while the flag is on.
+    ti.install_inlined_function_returns(lambda fn: _state["enabled"] and isinstance(fn, wrapper_class))
     _state["installed"] = True
     atexit.register(_summary_at_exit)
 

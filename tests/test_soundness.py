@@ -718,17 +718,75 @@ def returns_input_without_grad_then_breaks(a: torch.Tensor, b: torch.Tensor) -> 
     return (t3,)
 
 
-def test_an_autograd_function_dynamo_inlined_falls_back() -> None:
-    def inputs() -> list[torch.Tensor]:
-        return [torch.randn(1, 1, requires_grad=True).mul(1), torch.randn(3)]
+def test_an_autograd_function_dynamo_inlined_returns_eagers_view_of_its_input() -> None:
+    """Note [An inlined Function returns its input as eager does]: eager's apply returns ``t1.view_as(t1)``; the
+    inlined forward returned ``t1`` itself, so this fell back (stock's answer). The backend's trace now holds the
+    view, replayed: eager's outputs, views and identities, with no fallback. Stock, in the same process, still
+    returns ``t1`` itself (the rewrite is this backend's only)."""
 
-    pv.FALLBACKS.clear()
-    actual = torch.compile(returns_input_without_grad_then_breaks, backend=pv.backend("aot_eager"))(*inputs())
-    assert any("Dynamo inlined the forward of autograd.Function ReturnsInput" in r for _, r in pv.FALLBACKS)
+    def inputs() -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        return [torch.randn(1, 1, generator=generator, requires_grad=True).mul(1), torch.randn(3, generator=generator)]
+
+    fn = returns_input_without_grad_then_breaks
     torch._dynamo.reset()
-    stock = torch.compile(returns_input_without_grad_then_breaks, backend="aot_eager")(*inputs())
-    expected = returns_input_without_grad_then_breaks(*inputs())
-    assert actual[0]._is_view() == stock[0]._is_view() == expected[0]._is_view()
+    pv.FALLBACKS.clear()
+    assert_matches_eager(fn, torch.compile(fn, backend=pv.backend("aot_eager", strict=True)), inputs)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+    def identity_twice(x: torch.Tensor) -> Any:
+        y = ReturnsInput.apply(x.expand(2, 3))
+        return y, ReturnsInput.apply(y)
+
+    x = torch.randn(3)
+    expected = identity_twice(x)
+    torch._dynamo.reset()
+    actual = torch.compile(identity_twice, backend=pv.backend("aot_eager", strict=True))(x)
+    assert expected[0] is not expected[1] and actual[0] is not actual[1]
+    assert all(o._base is x for o in (*expected, *actual))
+    torch._dynamo.reset()
+    stock = torch.compile(identity_twice, backend="aot_eager")(x)
+    assert stock[0] is stock[1]  # Dynamo's inlined identity, untouched for another backend
+
+
+def test_the_flag_rewrites_an_inlined_identity_only_while_it_is_on() -> None:
+    """Note [An inlined Function returns its input as eager does] under the flag (plain ``torch.compile``,
+    aot_eager for inductor): eager's two views while the flag is on; Dynamo's one object once it is off."""
+    from predispatch_views.compare.models import plain_compile_inner
+
+    def identity_twice(x: torch.Tensor) -> Any:
+        y = ReturnsInput.apply(x.expand(2, 3))
+        return y, ReturnsInput.apply(y)
+
+    x = torch.randn(3)
+    with plain_compile_inner("aot_eager"):
+        torch._dynamo.reset()
+        with pv.enable():
+            on = torch.compile(identity_twice)(x)
+        torch._dynamo.reset()
+        off = torch.compile(identity_twice)(x)
+    assert on[0] is not on[1] and all(o._base is x for o in on)
+    assert off[0] is off[1]
+
+
+def test_an_inlined_function_under_no_grad_returns_a_detached_input_as_eager() -> None:
+    """Grad mode off and the input requiring grad: eager's apply returns ``x.detach()`` (the non-differentiable
+    branch detaches an input it returns), the inlined forward ``x`` itself, which requires grad."""
+
+    def identity_twice(x: torch.Tensor) -> Any:
+        return ReturnsInput.apply(x), ReturnsInput.apply(x.t())
+
+    x = torch.randn(2, 3, requires_grad=True)
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    with torch.no_grad():
+        expected = identity_twice(x)
+        actual = torch.compile(identity_twice, backend=pv.backend("aot_eager", strict=True))(x)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    for want, got in zip(expected, actual, strict=True):
+        assert (got is x, got.requires_grad, got._is_view()) == (want is x, want.requires_grad, want._is_view())
+        assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        torch.testing.assert_close(got, want)
 
 
 def returns_input_kept_and_inlined(x: torch.Tensor, w: torch.Tensor, kept_first: bool) -> Any:
@@ -743,17 +801,29 @@ def returns_input_kept_and_inlined(x: torch.Tensor, w: torch.Tensor, kept_first:
 
 
 @pytest.mark.parametrize("kept_first", [True, False])
-def test_a_function_both_recorded_and_inlined_in_one_graph_falls_back(kept_first: bool) -> None:
-    """The recorded call now runs in eager between compiled segments; the inlined one would return w itself where
-    eager returns a view of it. Dynamo traced the forward for both: the traced-code record must still find the
-    inlined one (a forward that no ``fwd_trace_helper`` wrapped)."""
-    x, w = torch.randn(2, 3, requires_grad=True), torch.randn(3)
-    pv.FALLBACKS.clear()
-    actual = torch.compile(returns_input_kept_and_inlined, backend=pv.backend("aot_eager"))(x, w, kept_first)
-    assert any("Dynamo inlined the forward of autograd.Function ReturnsInput" in r for _, r in pv.FALLBACKS)
+def test_a_function_both_recorded_and_inlined_in_one_graph_matches_eager(kept_first: bool) -> None:
+    """The inlined call returns eager's view of ``w`` (Note [An inlined Function returns its input as eager does];
+    both orders fell back on it before). Dynamo traced the forward for both: the traced-code record tells them
+    apart (a forward that no ``fwd_trace_helper`` wrapped). Recorded first, the call runs in eager between compiled
+    segments and the whole matches eager."""
+
+    def inputs() -> list[Any]:
+        generator = torch.Generator().manual_seed(0)
+        return [torch.randn(2, 3, generator=generator, requires_grad=True), torch.randn(3, generator=generator)]
+
+    fn = returns_input_kept_and_inlined
     torch._dynamo.reset()
-    stock = torch.compile(returns_input_kept_and_inlined, backend="aot_eager")(x, w, kept_first)
-    assert [o._is_view() for o in actual] == [o._is_view() for o in stock]
+    pv.FALLBACKS.clear()
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager"))
+    if kept_first:
+        assert_matches_eager(lambda x, w: fn(x, w, kept_first), lambda x, w: compiled(x, w, kept_first), inputs)
+        assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    else:  # the recorded call's own rule: the cut around it is refused (w's write follows), stock's answer
+        compiled(*inputs(), kept_first)
+        assert [r for _, r in pv.FALLBACKS] == [
+            "a custom autograd.Function returns an input (eager returns a view of it, with its own backward; "
+            "AOTAutograd would regenerate it from the input around that backward)"
+        ]
 
 
 def inlined_identity_then_unbind(x: torch.Tensor) -> Any:

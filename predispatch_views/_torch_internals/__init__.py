@@ -86,6 +86,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._debug_has_internal_overlap (has_internal_overlap)": ("2.13.0",),
     "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
     "(dynamo_traced_code.py; without it every traced forward counts as inlined)": _BOTH,
+    "torch._dynamo.variables.misc.AutogradFunctionVariable.call_apply, TensorVariable, TupleVariable, "
+    "UserFunctionVariable, WrapBackendDebug._torchdynamo_orig_backend (install_inlined_function_returns)": _BOTH,
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
     "InstructionTranslator.current_tx(): current_instruction, stack, kw_names (dynamo_break.py)": _BOTH,
     "torch._inductor.compile_fx.compile_fx": _BOTH,
@@ -389,7 +391,7 @@ def two_tensor_class() -> type:
 
 # Dynamo's record (inlined Functions, a break's writes); what backward reads (Note [Which ops save their result]).
 from .dynamo_break import graph_break_writes  # noqa: E402, F401
-from .dynamo_traced_code import inlined_autograd_functions  # noqa: E402, F401
+from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
 from .saved_for_backward import backward_reads, backward_reads_result, mark_must_recompute  # noqa: E402, F401
 
 # The stock variants the comparison emulates (compare/strategies.py): AOTAutograd's output regeneration patched.

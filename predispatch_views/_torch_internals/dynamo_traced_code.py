@@ -4,6 +4,9 @@ APIs, behind _torch_internals like every other)."""
 from __future__ import annotations
 
 import types
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -41,11 +44,106 @@ def inlined_autograd_functions() -> list[type]:
         if forward is not None:
             forwards[forward] = cls
     traced = list(TracingContext.get_traced_code() or ())
+    context = TracingContext.try_get()
+    # Note [An inlined Function returns its input as eager does]: every call of these was rewritten.
+    rewritten = _REWRITTEN.get(context, set()) - _NOT_REWRITTEN.get(context, set()) if context is not None else set()
     found: set[type] = set()
     for k, code in enumerate(traced):
         if code not in forwards:
             continue
         following = next((c for c in traced[k + 1 :] if c in forwards or c is inner), None)
-        if following is not inner:  # not the forward of a recorded autograd_function_apply
+        if following is not inner and forwards[code] not in rewritten:  # not recorded as autograd_function_apply
             found.add(forwards[code])
     return sorted(found, key=lambda c: c.__qualname__)
+
+
+# Note [An inlined Function returns its input as eager does]
+# Without grad (no input requires it, or grad mode off) Dynamo inlines a Function's forward as plain code, so an
+# input the forward returns as it is comes out of the graph as that input, the same tensor. Eager's apply
+# (custom_function.cpp, ``_process_backward_mode_ad``, the non-differentiable branch) returns such an input as
+# ``x.view_as(x)`` taken under no_grad where it does not require grad, and as ``x.detach()`` where it does (grad
+# mode off); a forward cannot mark it dirty there (Dynamo breaks the graph on ``mark_dirty`` when inlining). For
+# graphs compiled by this backend the inlined call's result is rewritten so, in Dynamo's own graph: the view is an
+# op the epilogue replays, and the views and identities the caller sees are eager's. Other backends trace as
+# before. A result the rewrite does not cover (another container, an output requiring grad that is no input)
+# leaves the Function in ``inlined_autograd_functions``, whose rule falls back as before. Eager also marks the
+# view IN_CUSTOM_FUNCTION where the replay's is NO_GRAD_MODE: an in-place write to it with grad raises in both,
+# with another message (Dynamo's trace cannot call ``_set_creation_meta``).
+# Per TracingContext (one compile): the Functions whose inlined calls were rewritten, and those with a call that
+# was not.
+_REWRITTEN: weakref.WeakKeyDictionary[Any, set[type]] = weakref.WeakKeyDictionary()
+_NOT_REWRITTEN: weakref.WeakKeyDictionary[Any, set[type]] = weakref.WeakKeyDictionary()
+
+
+def _view_as_under_no_grad(x: torch.Tensor) -> torch.Tensor:  # traced by Dynamo in place of the returned input
+    with torch.no_grad():
+        return x.view_as(x)
+
+
+def _detached(x: torch.Tensor) -> torch.Tensor:
+    return x.detach()
+
+
+_FOR_BACKENDS: list[Callable[[Any], bool]] = []  # which compiler_fn (unwrapped) the rewrite is for
+
+
+def install_inlined_function_returns(is_this_backend: Callable[[Any], bool]) -> bool:
+    """Install the rewrite of Note [An inlined Function returns its input as eager does] for the graphs whose
+    compiler ``is_this_backend`` accepts too (Dynamo's compiler_fn, unwrapped). False where this torch lacks the
+    hook."""
+    if is_this_backend not in _FOR_BACKENDS:
+        _FOR_BACKENDS.append(is_this_backend)
+    try:
+        from torch._dynamo.variables import TensorVariable, TupleVariable, UserFunctionVariable, VariableTracker
+        from torch._dynamo.variables.misc import AutogradFunctionVariable
+        from torch._guards import TracingContext
+    except ImportError:
+        return False
+    original = AutogradFunctionVariable.call_apply
+    if getattr(original, "_predispatch_views", False):
+        return True
+
+    def needs_grad(tx: Any, args: Any, kwargs: Any) -> bool:  # Dynamo's own test for recording, not inlining
+        found = False
+
+        def visit(vt: Any) -> None:
+            nonlocal found
+            found = found or (vt.is_tensor() and vt.requires_grad is not False)
+
+        VariableTracker.visit(visit, (args, kwargs))
+        return found and torch.is_grad_enabled()
+
+    def call_apply(self: Any, tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        compiler_fn = _unwrapped(tx.output.compiler_fn)
+        if not any(p(compiler_fn) for p in _FOR_BACKENDS) or needs_grad(tx, args, kwargs):
+            return original(self, tx, args, kwargs)
+        result = original(self, tx, args, kwargs)
+        inputs = {a.as_proxy().node for a in args if isinstance(a, TensorVariable)}
+        items = result.items if isinstance(result, TupleVariable) else [result]
+        rewritten, covered = [], isinstance(result, (TupleVariable, TensorVariable))
+        for item in items:
+            if isinstance(item, TensorVariable) and item.as_proxy().node in inputs:
+                helper = _detached if item.requires_grad else _view_as_under_no_grad
+                item = UserFunctionVariable(helper).call_function(tx, [item], {})
+            elif isinstance(item, TensorVariable) and item.requires_grad:
+                covered = False  # eager detaches it in place (not an input): left to the rule
+            rewritten.append(item)
+        if (context := TracingContext.try_get()) is not None:
+            (_REWRITTEN if covered else _NOT_REWRITTEN).setdefault(context, set()).add(self.fn_cls)
+        if not covered:
+            return result
+        return TupleVariable(rewritten) if isinstance(result, TupleVariable) else rewritten[0]
+
+    call_apply._predispatch_views = True  # type: ignore[attr-defined]
+    AutogradFunctionVariable.call_apply = call_apply
+    return True
+
+
+def _unwrapped(compiler_fn: Any) -> Any:
+    """The backend callable under Dynamo's wrappers (WrapBackendDebug, _TorchCompileWrapper)."""
+    for _ in range(8):
+        inner = getattr(compiler_fn, "_torchdynamo_orig_backend", None) or getattr(compiler_fn, "compiler_fn", None)
+        if inner is None:
+            return compiler_fn
+        compiler_fn = inner
+    return compiler_fn
