@@ -33,6 +33,8 @@ program did not:
   runtime.py). Otherwise the second half is a graph whose inputs alias each other and that writes one of them,
   as a graph after a graph break is (Note [Inputs that alias each other] in analysis.py);
 - the program's outputs are not a flat tuple.
+A crossing value that requires grad reaches the second half's compile as a non-leaf example (``_example``), so
+AOTAutograd applies the half's writes to it with autograd recording them, as eager does.
 A recorded call that must run in eager (a custom autograd.Function or checkpointed region whose forward returns
 an input or a view of one: eager returns a view of the input with the Function's own backward, which AOTAutograd
 cannot produce) is cut around instead: the program before it is compiled, the call runs uncompiled on real
@@ -133,9 +135,11 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
         ]
         if (reason := _eager_write_refused(meta, at, groups[0][1], recompute)) is not None:
             return reason
-        if restricted := [i.name for i in at.all_input_nodes if _restricted_view(meta, i)]:
-            # Eager's call reads a view autograd forbids rebasing; the segment before may hand over a tensor the
-            # caller can write, and the call's view of it then raises on its grad_fn (fuzzer s1203_834).
+        if restricted := [i.name for i in at.all_input_nodes if _restricted_view(meta, i) and _through_a_copy(i)]:
+            # Eager's call reads a view autograd forbids rebasing, reached through an op that returns its input
+            # (an eval dropout): the segment before hands over its own fresh tensor, which the caller can write,
+            # and the call's view of it then raises on its grad_fn (fuzzer s1203_834). A restricted view reached
+            # through views only is handed over as the segment's epilogue replays it: eager's own.
             return f"the call reads {', '.join(restricted)}, a restricted view"
     else:
         end = _end_of_grad_mode_region(meta, at)
@@ -224,13 +228,6 @@ def _refused(
                 continue
             if root in restricted_roots:
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
-            if graph_ops.is_data_mutation(n) and any(
-                requires_grad(meta, h) for h in handed_all if meta.root.get(h, h) is root
-            ):
-                # The segment is compiled for a leaf example of the handed value (_example), and AOTAutograd then
-                # applies the write without recording it in autograd: a wrong gradient (test_aotdispatch's
-                # test_input_data_and_metadata_mutation, cut after an input's t_).
-                return f"{n.name} writes {w.name}, handed over by an earlier segment and requiring grad"
             if (saver := _compiled_saver(meta, root, compiled_before, recompute)) is not None:
                 return f"{n.name} writes {w.name}, whose {saver} of an earlier compiled segment may save"
     return None
@@ -283,7 +280,10 @@ def _example(meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequenc
     node = next(s for s in plan.stages if s.name == kind).nodes[index]
     value = node.meta["val"].detach()
     if requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
-        value.requires_grad_(True)
+        # A non-leaf, as eager's value is: for a leaf input AOTAutograd hides a write from autograd
+        # (``detach().copy_``), a wrong gradient on eager's non-leaf (test_aotdispatch's
+        # test_input_data_and_metadata_mutation, cut after an input's t_; such writes were refused before).
+        return value.requires_grad_(True).view_as(value)
     return value
 
 
@@ -354,6 +354,18 @@ def _restricted_view(meta: GraphMeta, n: fx.Node) -> bool:
             return True
         source = n.args[0]
         if not isinstance(source, fx.Node):
+            return False
+        n = source
+    return False
+
+
+def _through_a_copy(n: fx.Node) -> bool:
+    """Whether the view chain ending at ``n`` holds an op that returns its input in eager (Note [Ops that return
+    their input]) but a fresh tensor once compiled."""
+    while is_any_view(n):
+        if graph_ops.returns_its_input(n):
+            return True
+        if not isinstance(source := n.args[0], fx.Node):
             return False
         n = source
     return False
