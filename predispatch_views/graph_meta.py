@@ -127,6 +127,30 @@ def is_any_view(n: fx.Node) -> bool:
     return graph_ops.is_view(n) or graph_ops.is_view_getitem(n)
 
 
+def hidden_from_autograd(meta: GraphMeta, write: fx.Node, target: fx.Node) -> bool:
+    """Whether eager's ``write`` to ``target`` is hidden from autograd: made under no_grad, or through a detached
+    alias (``t.detach().mul_(3)``)."""
+    n = target
+    while write not in meta.no_grad and is_any_view(n) and graph_ops.schema_name(n) != "detach":
+        n = n.args[0]  # type: ignore[assignment]
+    return write in meta.no_grad or graph_ops.schema_name(n) == "detach"
+
+
+def only_hidden_writes(meta: GraphMeta, root: fx.Node) -> bool:
+    """Whether the program writes data of ``root``'s storage, and only hidden from autograd. A segment handed a
+    value of it that requires grad then gets a leaf example, for which AOTAutograd hides its writes too
+    (``detach().copy_``); any other such value gets a non-leaf, whose writes it records (segments._example), so a
+    hidden write of it is refused there (fuzzer s1601_1024: the recorded copy raised on a custom Function's view)."""
+    writes = [
+        hidden_from_autograd(meta, n, w)
+        for n in meta.nodes
+        if graph_ops.is_data_mutation(n)
+        for w in graph_ops.written_args(n)
+        if meta.root.get(w, w) is root
+    ]
+    return bool(writes) and all(writes)
+
+
 def output_nodes(nodes: list[fx.Node]) -> list[fx.Node]:
     return [a for a in ti.tree_leaves(nodes[-1].args[0]) if isinstance(a, fx.Node)]
 

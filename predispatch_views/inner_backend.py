@@ -11,6 +11,7 @@ import torch
 from torch import fx
 
 from . import _torch_internals as ti
+from ._torch_internals.dynamo_traced_code import without_inlined_function_views
 from .fallbacks import Fallback, FallbackKind
 from .labels import graph_label
 from .outcomes import FALLBACKS
@@ -62,7 +63,9 @@ def inner_or_uncompiled(
       the error eager raises only when a backward reaches that node (``t0 = a.tanh(); t0.uniform_()``, fuzzer
       s1101_80). Eager's forward runs; so does Dynamo's graph uncompiled, and its backward raises eager's error.
     Running Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
+    The graph is Dynamo's as stock gets it (Note [An inlined Function returns its input as eager does]).
     """
+    graph = without_inlined_function_views(graph)
     try:
         return inner_fn(graph, list(example_inputs))
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]

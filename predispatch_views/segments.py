@@ -58,7 +58,7 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallback_rules import may_save
-from .graph_meta import GraphBreaks, GraphMeta, is_any_view, taken_at
+from .graph_meta import GraphBreaks, GraphMeta, hidden_from_autograd, is_any_view, only_hidden_writes, taken_at
 from .output_rules import unsaved_storage
 
 log = logging.getLogger("predispatch_views")
@@ -228,6 +228,8 @@ def _refused(
                 continue
             if root in restricted_roots:
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
+            if hidden_from_autograd(meta, n, w) and requires_grad(meta, root) and not only_hidden_writes(meta, root):
+                return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
             if (saver := _compiled_saver(meta, root, compiled_before, recompute)) is not None:
                 return f"{n.name} writes {w.name}, whose {saver} of an earlier compiled segment may save"
     return None
@@ -280,10 +282,10 @@ def _example(meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequenc
     node = next(s for s in plan.stages if s.name == kind).nodes[index]
     value = node.meta["val"].detach()
     if requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
-        # A non-leaf, as eager's value is: for a leaf input AOTAutograd hides a write from autograd
-        # (``detach().copy_``), a wrong gradient on eager's non-leaf (test_aotdispatch's
-        # test_input_data_and_metadata_mutation, cut after an input's t_; such writes were refused before).
-        return value.requires_grad_(True).view_as(value)
+        # A non-leaf, as eager's value is: AOTAutograd hides a write to a leaf input from autograd (detach().copy_),
+        # a wrong gradient on eager's non-leaf (test_aotdispatch's test_input_data_and_metadata_mutation).
+        value.requires_grad_(True)
+        return value if only_hidden_writes(meta, meta.root.get(node, node)) else value.view_as(value)
     return value
 
 

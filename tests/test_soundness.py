@@ -769,6 +769,33 @@ def test_the_flag_rewrites_an_inlined_identity_only_while_it_is_on() -> None:
     assert off[0] is off[1]
 
 
+def inlined_identity_of_a_transposed_detach_then_written(a: torch.Tensor, b: torch.Tensor) -> Any:  # s1601_1125
+    t0 = b.detach()
+    t0.transpose_(0, 2)
+    t1 = ReturnsInput.apply(t0)  # inlined: the backend's trace has t0.view_as(t0) under no_grad
+    a.copy_(b)
+    t5 = t1.unbind(0)[2]
+    t0.sin_()  # eager's t5 sees it
+    return (t5,)
+
+
+def test_a_graph_that_falls_back_goes_to_stock_as_dynamo_traced_it_for_stock() -> None:
+    """The program falls back (an unbind output read after a write to its base). Stock got Dynamo's graph with the
+    rewritten view_as in it, which stock never sees, and AOTAutograd's output under ``dynamic=True`` missed the
+    ``sin_`` (fuzzer s1601_1125, a wrong value where stock's is eager's). The fallback now gets the graph as Dynamo
+    traces it for stock."""
+
+    def inputs(n: int) -> list[torch.Tensor]:
+        source = torch.randn(2, n, 4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)
+        return [source[0], source[1]]
+
+    fn = inlined_identity_of_a_transposed_detach_then_written
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager"), dynamic=True)
+    for n in (2, 3):
+        torch.testing.assert_close(compiled(*inputs(n))[0], fn(*inputs(n))[0])
+
+
 def test_an_inlined_function_under_no_grad_returns_a_detached_input_as_eager() -> None:
     """Grad mode off and the input requiring grad: eager's apply returns ``x.detach()`` (the non-differentiable
     branch detaches an input it returns), the inlined forward ``x`` itself, which requires grad."""

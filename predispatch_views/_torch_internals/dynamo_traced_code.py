@@ -68,7 +68,9 @@ def inlined_autograd_functions() -> list[type]:
 # before. A result the rewrite does not cover (another container, an output requiring grad that is no input)
 # leaves the Function in ``inlined_autograd_functions``, whose rule falls back as before. Eager also marks the
 # view IN_CUSTOM_FUNCTION where the replay's is NO_GRAD_MODE: an in-place write to it with grad raises in both,
-# with another message (Dynamo's trace cannot call ``_set_creation_meta``).
+# with another message (Dynamo's trace cannot call ``_set_creation_meta``). A graph that falls back goes to stock
+# as Dynamo traced it for stock (``without_inlined_function_views``): stock never saw these views, and AOTAutograd
+# returned a wrong value on one such graph under dynamic shapes (fuzzer s1601_1125).
 # Per TracingContext (one compile): the Functions whose inlined calls were rewritten, and those with a call that
 # was not.
 _REWRITTEN: weakref.WeakKeyDictionary[Any, set[type]] = weakref.WeakKeyDictionary()
@@ -94,7 +96,13 @@ def install_inlined_function_returns(is_this_backend: Callable[[Any], bool]) -> 
     if is_this_backend not in _FOR_BACKENDS:
         _FOR_BACKENDS.append(is_this_backend)
     try:
-        from torch._dynamo.variables import TensorVariable, TupleVariable, UserFunctionVariable, VariableTracker
+        from torch._dynamo.variables import (
+            NNModuleVariable,
+            TensorVariable,
+            TupleVariable,
+            UserFunctionVariable,
+            VariableTracker,
+        )
         from torch._dynamo.variables.misc import AutogradFunctionVariable
         from torch._guards import TracingContext
     except ImportError:
@@ -109,6 +117,7 @@ def install_inlined_function_returns(is_this_backend: Callable[[Any], bool]) -> 
         def visit(vt: Any) -> None:
             nonlocal found
             found = found or (vt.is_tensor() and vt.requires_grad is not False)
+            found = found or (isinstance(vt, NNModuleVariable) and vt.is_training(tx))
 
         VariableTracker.visit(visit, (args, kwargs))
         return found and torch.is_grad_enabled()
@@ -147,3 +156,37 @@ def _unwrapped(compiler_fn: Any) -> Any:
             return compiler_fn
         compiler_fn = inner
     return compiler_fn
+
+
+def without_inlined_function_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` as Dynamo traces it for another backend: the nodes the rewrite of Note [An inlined Function returns
+    its input as eager does] traced (their stack's innermost frame is one of its helpers) removed, each view's uses
+    given its input. ``gm`` itself where there are none."""
+    helpers = {(f.__code__.co_filename, f.__name__) for f in (_view_as_under_no_grad, _detached)}
+
+    def added(n: torch.fx.Node) -> bool:
+        frames = str(n.meta.get("stack_trace") or "").strip().splitlines()
+        last = next((line.strip() for line in reversed(frames) if line.strip().startswith("File ")), "")
+        return any(f'File "{file}"' in last and last.endswith(f"in {name}") for file, name in helpers)
+
+    if not any(added(n) for n in gm.graph.nodes):
+        return gm
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    for old in reversed(list(gm.graph.nodes)):
+        if old.op in ("call_function", "call_method") and added(old):
+            new = env[old]
+            if new.users and isinstance(old.args[0], torch.fx.Node):
+                new.replace_all_uses_with(env[old.args[0]])
+            if not new.users:
+                graph.erase_node(new)
+    for n in list(graph.nodes):  # the helper's no_grad block, empty now: a grad-mode switch another one follows
+        if n.target is torch._C._set_grad_enabled and n.next.target is torch._C._set_grad_enabled and not n.users:
+            graph.erase_node(n)
+    copy = torch.fx.GraphModule(gm, graph)
+    copy.meta.update(gm.meta)
+    for name in ("compile_subgraph_reason",):
+        if hasattr(gm, name):
+            setattr(copy, name, getattr(gm, name))
+    return copy
