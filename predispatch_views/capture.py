@@ -19,6 +19,7 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
+from ._torch_internals.dynamo_traced_code import returns_a_rewritten_view
 from .fallbacks import Fallback, FallbackKind
 
 
@@ -122,6 +123,14 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
     Dynamo traced the forwards of the Functions the capture keeps as nodes too (Note [Custom autograd.Functions in
     the core]): those whose lines the nodes' forward graphs record are not counted. Asked after the capture, where
     a kept Function that returns an input has fallen back with its own reason."""
+    if ti.ends_at_graph_break(gm) and returns_a_rewritten_view(gm):
+        # Dynamo wraps the view for the graph after the break and may read its autograd state, which raises for
+        # an inference-mode view whose base was written (fuzzer s1602_1270; design/06, the Dynamo change).
+        return Fallback(
+            FallbackKind.INLINED_AUTOGRAD_FUNCTION,
+            "Dynamo inlined the forward of autograd.Function (no input requires grad), and the view of the input it "
+            "returns, eager's, crosses a graph break",
+        )
     kept = _frames_of_kept_forwards(gm)
     inlined = [c for c in ti.inlined_autograd_functions() if _may_return_an_input(c.forward)]
     if (inlined := [c.__qualname__ for c in inlined if not _runs_in(c.forward, kept)]) and _identity_may_show(gm):

@@ -220,9 +220,9 @@ class FallbackKind(enum.Enum):
         "input it returns could show: an output aliasing an input, a written input, a metadata mutation",
         "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns "
         "would be the input itself, where eager's is a view of it`",
-        "without grad Dynamo traces the forward as plain code, returning an input as the input itself; eager's "
-        "apply returns a view (`view_as`). The backend rewrites such calls (Note [An inlined Function returns its "
-        "input as eager does]); this is the rest (another container, an output requiring grad that is no input).",
+        "without grad Dynamo inlines the forward, returning an input as itself; eager's apply returns a view. The "
+        "backend rewrites such calls (Note [An inlined Function returns its input as eager does]); this is the rest "
+        "(another container, an output requiring grad that is no input, a view that crosses a graph break).",
         "capture.py",
         "Dynamo inlined the forward of autograd.Function",
     )

@@ -716,13 +716,13 @@ def test_s1602_334_a_compiled_output_written_then_backward_names_its_node() -> N
     _assert_no_violation(1602, 334, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: fuzz_s1602_1270, a regression of 6bcdb52 under inference_mode")
 def test_s1602_1270_an_inlined_identity_rewritten_under_inference_mode() -> None:
-    """Open, found by seed 1602 on 3970915; absent on a3a4127, present from 6bcdb52. Called under inference_mode,
-    ``t2 = ReturnsInput.apply(t1)`` (inlined: grad is off) is rewritten to ``t1.view_as(t1)``, and the later
-    ``t1.zero_()`` and ``torch.mul(t1, t1, out=t1)`` then make Dynamo raise "A view was created in inference mode
-    and its base ... modified inplace in normal mode" where stock runs. Dynamo traces with inference mode off
-    (``maybe_disable_inference_mode``), so the rewrite cannot tell; not analysed further."""
+    """Found by seed 1602 on 3970915, a regression of 6bcdb52. Called under inference_mode, ``t2 =
+    ReturnsInput.apply(t1)`` (inlined: grad is off) is rewritten to ``t1.view_as(t1)``, which crosses the graph
+    break at ``torch.max(..., out=(u2, u3))``; Dynamo fakeifies it for the graph after the break and reads its
+    autograd state, which raises for an inference-mode view whose base the graph wrote ("A view was created in
+    inference mode ..."), where stock, returning ``t1`` itself, runs. A rewritten view that crosses a graph break
+    now falls back (capture.inlined_autograd_function; design/06, the Dynamo change)."""
     _assert_no_violation(1602, 1270, "prototype[aot_eager]", "stock[aot_eager]")
 
 

@@ -718,21 +718,36 @@ def returns_input_without_grad_then_breaks(a: torch.Tensor, b: torch.Tensor) -> 
     return (t3,)
 
 
+def returns_input_without_grad(a: torch.Tensor, b: torch.Tensor) -> Any:  # s52_376 without its graph break
+    t1 = b.tanh() * b
+    t1.unsqueeze_(1)
+    t3 = ReturnsInput.apply(t1)  # nothing requires grad: Dynamo inlines the forward, eager returns t1.view_as(t1)
+    return (t3, t3.transpose(0, 1).mul(-0.5))
+
+
 def test_an_autograd_function_dynamo_inlined_returns_eagers_view_of_its_input() -> None:
     """Note [An inlined Function returns its input as eager does]: eager's apply returns ``t1.view_as(t1)``; the
     inlined forward returned ``t1`` itself, so this fell back (stock's answer). The backend's trace now holds the
     view, replayed: eager's outputs, views and identities, with no fallback. Stock, in the same process, still
-    returns ``t1`` itself (the rewrite is this backend's only)."""
+    returns ``t1`` itself (the rewrite is this backend's only). Where the view crosses a graph break (s52_376's
+    ``a.t_()``) it falls back: Dynamo reads its autograd state while wrapping it (fuzzer s1602_1270)."""
 
     def inputs() -> list[torch.Tensor]:
         generator = torch.Generator().manual_seed(0)
         return [torch.randn(1, 1, generator=generator, requires_grad=True).mul(1), torch.randn(3, generator=generator)]
 
-    fn = returns_input_without_grad_then_breaks
     torch._dynamo.reset()
     pv.FALLBACKS.clear()
+    fn = returns_input_without_grad
     assert_matches_eager(fn, torch.compile(fn, backend=pv.backend("aot_eager", strict=True)), inputs)
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    torch._dynamo.reset()
+    crossing = returns_input_without_grad_then_breaks
+    actual = torch.compile(crossing, backend=pv.backend("aot_eager"))(*inputs())
+    assert any("crosses a graph break" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
+    torch._dynamo.reset()
+    stock = torch.compile(crossing, backend="aot_eager")(*inputs())
+    assert actual[0]._is_view() == stock[0]._is_view()
 
     def identity_twice(x: torch.Tensor) -> Any:
         y = ReturnsInput.apply(x.expand(2, 3))

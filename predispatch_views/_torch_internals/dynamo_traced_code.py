@@ -66,7 +66,9 @@ def inlined_autograd_functions() -> list[type]:
 # graphs compiled by this backend the inlined call's result is rewritten so, in Dynamo's own graph: the view is an
 # op the epilogue replays, and the views and identities the caller sees are eager's. Other backends trace as
 # before. A result the rewrite does not cover (another container, an output requiring grad that is no input)
-# leaves the Function in ``inlined_autograd_functions``, whose rule falls back as before. Eager also marks the
+# leaves the Function in ``inlined_autograd_functions``, whose rule falls back as before; so does a rewritten view
+# that crosses a graph break (Dynamo reads its autograd state while wrapping it for the next graph: fuzzer
+# s1602_1270, under inference_mode, where that state raises). Eager also marks the
 # view IN_CUSTOM_FUNCTION where the replay's is NO_GRAD_MODE: an in-place write to it with grad raises in both,
 # with another message (Dynamo's trace cannot call ``_set_creation_meta``). A graph that falls back goes to stock
 # as Dynamo traced it for stock (``without_inlined_function_views``): stock never saw these views, and AOTAutograd
@@ -158,17 +160,33 @@ def _unwrapped(compiler_fn: Any) -> Any:
     return compiler_fn
 
 
+def _added_by_rewrite(n: torch.fx.Node) -> bool:
+    """A node the rewrite traced: the innermost frame of its stack is one of the helpers."""
+    helpers = {(f.__code__.co_filename, f.__name__) for f in (_view_as_under_no_grad, _detached)}
+    frames = str(n.meta.get("stack_trace") or "").strip().splitlines()
+    last = next((line.strip() for line in reversed(frames) if line.strip().startswith("File ")), "")
+    return any(f'File "{file}"' in last and last.endswith(f"in {name}") for file, name in helpers)
+
+
+def returns_a_rewritten_view(gm: torch.fx.GraphModule) -> bool:
+    """Whether an output of ``gm`` is (a view of) a view the rewrite traced."""
+    outputs = [
+        a for a in torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0]) if isinstance(a, torch.fx.Node)
+    ]
+    while outputs:
+        n = outputs.pop()
+        if _added_by_rewrite(n):
+            return True
+        if n.op in ("call_function", "call_method") and n.args and isinstance(n.args[0], torch.fx.Node):
+            outputs.append(n.args[0])
+    return False
+
+
 def without_inlined_function_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``gm`` as Dynamo traces it for another backend: the nodes the rewrite of Note [An inlined Function returns
     its input as eager does] traced (their stack's innermost frame is one of its helpers) removed, each view's uses
     given its input. ``gm`` itself where there are none."""
-    helpers = {(f.__code__.co_filename, f.__name__) for f in (_view_as_under_no_grad, _detached)}
-
-    def added(n: torch.fx.Node) -> bool:
-        frames = str(n.meta.get("stack_trace") or "").strip().splitlines()
-        last = next((line.strip() for line in reversed(frames) if line.strip().startswith("File ")), "")
-        return any(f'File "{file}"' in last and last.endswith(f"in {name}") for file, name in helpers)
-
+    added = _added_by_rewrite
     if not any(added(n) for n in gm.graph.nodes):
         return gm
     graph = torch.fx.Graph()
