@@ -250,7 +250,7 @@ def _fake_of(placeholder: fx.Node, example: Any, fake_mode: ti.FakeTensorMode | 
 def _as_callable(gm: fx.GraphModule) -> Callable[..., Any]:
     # Dynamo graphs return a tuple; make_fx wants a plain function of positional inputs. The interpreter, slower
     # than the generated code, only where there is a node to keep whole.
-    kept = (ti.AUTOGRAD_FUNCTION_APPLY, ti.ACTIVATION_CHECKPOINT)
+    kept = (ti.AUTOGRAD_FUNCTION_APPLY, ti.ACTIVATION_CHECKPOINT, ti.INVOKE_SUBGRAPH)
     if any(n.op == "call_function" and n.target in kept for n in gm.graph.nodes):
         return lambda *args: _KeepingCustomFunctions(gm).run(*args)
     return lambda *args: gm(*args)
@@ -271,11 +271,15 @@ class _KeepingCustomFunctions(fx.Interpreter):
     the backward. Nor is one that marks an input dirty (``ctx.mark_dirty``: an in-place write inside the node, the
     input returned with the Function's history; ``graph_ops.DIRTY_ARGS`` names it a write). Either is marked to run
     in eager between two compiled segments instead (Note [Segments]), where Dynamo's ``autograd_function_apply``
-    runs as Dynamo with ``backend="eager"`` runs it. A checkpointed region that returns an input falls back."""
+    runs as Dynamo with ``backend="eager"`` runs it. A checkpointed region that returns an input falls back.
+    ``invoke_subgraph`` (``nested_compile_region``) is inlined: AOTAutograd fails on that HOP as make_fx records it
+    (torch 2.13, "outs_to_grad length (1) != tangents length (0)"), and so does stock's compile after it."""
 
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if target is ti.ACTIVATION_CHECKPOINT:  # its body is recomputed in the backward, as in stock's
             return record_custom_function(target, args, kwargs, what="a checkpointed region")
+        if target is ti.INVOKE_SUBGRAPH:  # inlined: see the Note
+            return _KeepingCustomFunctions(args[0]).run(*args[2:])
         if target is not ti.AUTOGRAD_FUNCTION_APPLY:
             return super().call_function(target, args, kwargs)
         return record_custom_function(target, args, kwargs, may_run_eagerly=True)  # see the Note

@@ -32,7 +32,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
-    "ACTIVATION_CHECKPOINT", "AUTOGRAD_FUNCTION_APPLY", "CHECKED_ON", "DYNAMO_RESTARTS", "SET_GRAD_ENABLED",
+    "ACTIVATION_CHECKPOINT", "AUTOGRAD_FUNCTION_APPLY", "CHECKED_ON", "DYNAMO_RESTARTS", "INVOKE_SUBGRAPH",
+    "SET_GRAD_ENABLED",
     "FakeTensor", "FakeTensorMode", "FunctionalTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "StorageWeakRef", "TreeSpec", "as_strided_output_regeneration", "autocast_region_markers",
     "compile_caches_disabled", "compile_caches_enabled", "compile_counters", "compiled_autograd",
@@ -53,6 +54,7 @@ tree_unflatten = pytree.tree_unflatten
 TreeSpec = pytree.TreeSpec
 AUTOGRAD_FUNCTION_APPLY = torch.ops.higher_order.autograd_function_apply
 ACTIVATION_CHECKPOINT = torch.ops.higher_order.tag_activation_checkpoint
+INVOKE_SUBGRAPH = torch.ops.higher_order.invoke_subgraph  # torch.compiler.nested_compile_region
 # Note [Dynamo's restarts]
 # Dynamo raises RestartAnalysis (and its subclasses, e.g. TensorifyScalarRestartAnalysis from a backend's
 # compile under dynamic shapes) to trace the frame again; it is control flow, not a failure. The pipeline's
