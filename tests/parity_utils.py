@@ -30,8 +30,7 @@ VIEW_BACKWARDS = {
     "ViewAsRealBackward0",
     "ViewAsComplexBackward0",
     "AliasBackward0",
-    "UnsafeViewBackward0",
-}
+}  # not UnsafeViewBackward0: _unsafe_view's result is no view (eager's reshape-by-copy, SDPA's math path end in it)
 
 
 def flat_tensors(out: Any) -> list[torch.Tensor]:

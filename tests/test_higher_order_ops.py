@@ -1,8 +1,9 @@
 """Higher-order ops and custom ops around multi-output views, against eager.
 
 design/04's coverage table named these as exercised by no oracle: Dynamo's control-flow higher-order ops
-(``torch.cond``, ``map``), ``invoke_subgraph`` (``torch.compiler.nested_compile_region``), and custom ops from
-``torch.library.custom_op``, functional (with a registered autograd formula) or mutating an argument. Each program
+(``torch.cond``, ``map``, ``while_loop``), ``invoke_subgraph`` (``torch.compiler.nested_compile_region``), custom ops
+from ``torch.library.custom_op``, functional (with a registered autograd formula) or mutating an argument, and
+operators whose schema returns an alias of an input (one view, a list of views). Each program
 returns views of a value the higher-order op or custom op computes, or reads; each runs under the backend (static
 and ``dynamic=True``) and ``compile_function``, and every probe of the parity suite (values, gradients, views and
 their ``grad_fn`` types, in-place errors) is compared with eager. The backend runs strict: a fallback fails the test.
@@ -47,6 +48,13 @@ def _twice_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 twice.register_autograd(_twice_backward)
 
 
+_LIBRARY = torch.library.Library("predispatch_views_tests_alias", "DEF")  # ops whose schema returns an alias
+_LIBRARY.define("first_rows(Tensor(a) x) -> Tensor(a)")
+_LIBRARY.impl("first_rows", lambda x: x.narrow(0, 0, 2), "CompositeImplicitAutograd")
+_LIBRARY.define("halves(Tensor(a) x) -> Tensor(a)[]")
+_LIBRARY.impl("halves", lambda x: list(x.chunk(2, 1)), "CompositeImplicitAutograd")
+
+
 def cond_then_unbind(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     y = torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (x,))
     return y.unbind(0)
@@ -88,6 +96,23 @@ def subgraph_across_a_graph_break(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (v, *_block(y).chunk(2, dim=1))
 
 
+def while_loop_beside_unbind(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    from torch._higher_order_ops.while_loop import while_loop
+
+    _, y = while_loop(
+        lambda i, y: i < 3, lambda i, y: (i + 1, y.sin()), (torch.zeros((), dtype=torch.int64), x.detach())
+    )
+    return (*(x * 2).unbind(0), y)
+
+
+def alias_annotated_op_then_unbind(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return torch.ops.predispatch_views_tests_alias.first_rows(x * 2).unbind(0)
+
+
+def alias_annotated_multi_output_op(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.ops.predispatch_views_tests_alias.halves(x.sin()))
+
+
 def custom_op_then_unbind(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return twice(x + 1).unbind(0)
 
@@ -121,15 +146,23 @@ PROGRAMS: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, ...]]] = {
     "subgraph_then_chunk": subgraph_then_chunk,
     "subgraph_then_a_random_write": subgraph_then_a_random_write,
     "subgraph_across_a_graph_break": subgraph_across_a_graph_break,
+    "while_loop_beside_unbind": while_loop_beside_unbind,
+    "alias_annotated_op_then_unbind": alias_annotated_op_then_unbind,
+    "alias_annotated_multi_output_op": alias_annotated_multi_output_op,
     "custom_op_then_unbind": custom_op_then_unbind,
     "mutating_custom_op_then_unbind": mutating_custom_op_then_unbind,
     "mutating_custom_op_after_unbind": mutating_custom_op_after_unbind,
     "mutating_custom_op_on_a_view_under_no_grad": mutating_custom_op_on_a_view_under_no_grad,
 }
-# compile_function's capture refuses these (the fallback runs them eagerly, which is eager): torch.cond and map,
-# called outside a trace, compile their branches with Dynamo, which saves and restores the RNG state, and the
-# capture takes that for the function setting the RNG (a fallback it could avoid; the closing note names it).
-RUN_EAGERLY_BY_COMPILE_FUNCTION = {"cond_then_unbind", "cond_reads_a_view", "map_then_split"}
+# compile_function's capture refuses these (the fallback runs them eagerly, which is eager): torch.cond, map and
+# while_loop, called outside a trace, compile their branches with Dynamo, which restores the RNG state at the end
+# (the capture takes that for the function setting it) and would trace the capture's own TorchFunctionMode.
+RUN_EAGERLY_BY_COMPILE_FUNCTION = {
+    "cond_then_unbind",
+    "cond_reads_a_view",
+    "map_then_split",
+    "while_loop_beside_unbind",
+}
 
 
 def _inputs(positive: bool) -> Callable[[], list[torch.Tensor]]:
