@@ -25,7 +25,11 @@ backward raise where eager's runs (fuzzer s1502_2277: ``t0 = a.add(1); t0.sum(0)
 backward saved ``a`` to recompute ``t0`` and the sum, and the graph break's ``b.transpose_``, ``b`` a view of
 ``a``'s base, bumped its version). So each tensor the core computes from a tagged node is tagged MUST_SAVE: the
 recomputation stops at the tagged nodes, and the backward saves values the core computed past them (here the
-sum, which eager's ``sin_`` saves too), never an input merely to recompute the tagged ones.
+sum, which eager's ``sin_`` saves too), never an input merely to recompute the tagged ones. And a family is tagged
+only where the compiled backward may read a value computed from it: a tag forces the recomputation whether the
+backward needs it or not, and the partitioner then saves the family's own inputs (fuzzer s1701_525,
+``compile_function``: ``t5 = ScaledClone.apply(a)`` viewed by the epilogue, a random draw elsewhere in the core;
+the backward saved the input ``a``, which the caller then wrote).
 """
 
 from __future__ import annotations
@@ -136,9 +140,15 @@ def bases_to_recompute(
     """Note [Bases the compiled backward must not save]: the core's copies of each base the epilogue views or
     writes whose value eager's backward never reads, unless recomputing it would draw random numbers again."""
     core = {n for n in meta.nodes if n not in epilogue or n in duplicated}
+
+    def recorded(n: fx.Node) -> bool:
+        return n in core and n in meta.requires_grad and n not in meta.no_grad
+
     marked: set[fx.Node] = set()
     for base in externals:
-        if any(u in epilogue for u in base.users) and (family := unsaved_storage(meta, meta.root[base], core)):
+        if not any(u in epilogue for u in base.users):
+            continue
+        if (family := unsaved_storage(meta, meta.root[base], core)) and _read_past(meta.nodes, family, core, recorded):
             marked |= family & core
     return frozenset(marked)
 
@@ -181,9 +191,29 @@ def dynamo_bases_to_recompute(nodes: list[fx.Node], epilogue: set[fx.Node], cros
         for n in nodes:  # the views of it (all in the epilogue; the core's copies share the tag)
             if n in epilogue and n.args and n.args[0] in family:
                 family.add(n)
-        if not graph_ops.draws_random(base) and not _eager_saves_any(nodes, family, recorded):
+        if graph_ops.draws_random(base) or _eager_saves_any(nodes, family, recorded):
+            continue
+        if _read_past(nodes, family, {n for n in nodes if n not in epilogue}, recorded):
             marked |= family
     return marked
+
+
+def _read_past(
+    nodes: list[fx.Node], family: set[fx.Node], compiled: set[fx.Node], recorded: Callable[[fx.Node], bool]
+) -> bool:
+    """Whether the compiled backward may read a value computed from ``family``: only then may the partitioner keep
+    a value of the family to recompute it. Where it reads none, a recomputation tag only makes it save the family's
+    own inputs (Note [What a recomputation may save]). Unknown calls count as reading."""
+    reached = set(family)
+    for n in nodes:
+        if n in family or n not in compiled or not any(i in reached for i in n.all_input_nodes):
+            continue
+        reached.add(n)
+        if recorded(n) and not graph_ops.is_view_getitem(n):
+            saved = graph_ops.saved_by_backward(n)
+            if saved is None or saved[0] & reached or saved[1]:
+                return True
+    return False
 
 
 def _eager_saves_any(nodes: list[fx.Node], family: set[fx.Node], recorded: Callable[[fx.Node], bool]) -> bool:

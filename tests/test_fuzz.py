@@ -726,6 +726,17 @@ def test_s1602_1270_an_inlined_identity_rewritten_under_inference_mode() -> None
     _assert_no_violation(1602, 1270, "prototype[aot_eager]", "stock[aot_eager]")
 
 
+def test_s1701_525_a_recomputation_tag_the_backward_never_needs() -> None:
+    """Found by seed 1701 on f65412e (a crash where stock runs, ``compile_function``). ``t5 =
+    ScaledClone.apply(a)`` is viewed by the epilogue (``t6 = t5[2:3]``) and tagged for recomputation (Note [Bases
+    the compiled backward must not save]); a random draw elsewhere in the core (``t0.uniform_()``) sent AOTAutograd
+    through the min-cut partitioner, which honours the tag even where the backward needs nothing of ``t5`` and
+    saved the input ``a`` to recompute it. The caller's ``a.mul_(2)`` then made the compiled backward raise. A
+    family is now tagged only where the compiled backward may read a value computed from it (Note [What a
+    recomputation may save])."""
+    _assert_no_violation(1701, 525, "prototype_fn[aot_eager]", "stock[aot_eager]")
+
+
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
     """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
     ``stock_label``, the same setting's stock."""
