@@ -228,6 +228,8 @@ def _refused(
                 continue
             if root in restricted_roots:
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
+            if n in meta.no_grad and graph_ops.runs_eagerly(root) and not graph_ops.written_args(root):  # s1701_803
+                return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
             if hidden_from_autograd(meta, n, w) and requires_grad(meta, root) and not only_hidden_writes(meta, root):
                 return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
             if (saver := _compiled_saver(meta, root, compiled_before, recompute)) is not None:
@@ -351,13 +353,10 @@ def _graph_breaks_of(plan: Cut, stage: Stage, breaks: GraphBreaks) -> GraphBreak
 def _restricted_view(meta: GraphMeta, n: fx.Node) -> bool:
     """A view autograd forbids rebasing: an output of a multi-output view call, or a view made under no_grad (or a
     view of one). Its ``grad_fn`` raises once its base is written; a plain view's is regenerated."""
-    while is_any_view(n):
+    while is_any_view(n) and isinstance(n.args[0], fx.Node):
         if graph_ops.is_view_getitem(n) or n in meta.no_grad:
             return True
-        source = n.args[0]
-        if not isinstance(source, fx.Node):
-            return False
-        n = source
+        n = n.args[0]
     return False
 
 

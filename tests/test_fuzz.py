@@ -737,6 +737,17 @@ def test_s1701_525_a_recomputation_tag_the_backward_never_needs() -> None:
     _assert_no_violation(1701, 525, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
+def test_s1701_803_a_custom_functions_view_written_in_a_later_segment() -> None:
+    """Found by seed 1701 on 9f19884 (a crash where stock runs, ``compile_function``). ``t3 =
+    ReturnsInput.apply(t2)`` runs in eager between two segments (Note [Segments]), and the later compiled segment
+    writes ``t3`` under no_grad while reading it with grad: eager's ``t3`` is a view made in a custom Function
+    (IN_CUSTOM_FUNCTION), whose ``grad_fn`` raises once it is written, and the compiled segment's autograd.Function
+    read it after the write (a write through ``t3.detach()`` is hidden and stays accepted: test_segments). A
+    compiled segment's write under no_grad to such a handed value is now refused (segments.py), and
+    the function runs eagerly."""
+    _assert_no_violation(1701, 803, "prototype_fn[aot_eager]", "stock[aot_eager]")
+
+
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
     """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
     ``stock_label``, the same setting's stock."""
