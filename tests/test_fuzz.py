@@ -748,6 +748,17 @@ def test_s1701_803_a_custom_functions_view_written_in_a_later_segment() -> None:
     _assert_no_violation(1701, 803, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
+@pytest.mark.xfail(strict=True, reason="open: fuzz_s1701_2557, an inlined Function's view under inference_mode")
+def test_s1701_2557_an_inlined_functions_view_under_inference_mode() -> None:
+    """Open, found by seed 1701 on 9f19884, present on f65412e (a crash where stock runs, the backend). Called under
+    inference_mode: ``t0 = ReturnsInput.apply(b)`` (inlined, rewritten to a view: Note [An inlined Function returns
+    its input as eager does]), ``a.sin_()`` on ``b``'s base, then ``MarkDirty.apply(t0)`` breaks the graph. The
+    graph falls back (the rewritten view crosses the break), yet Dynamo raises "A view was created in inference mode
+    and its base ... modified inplace" while it wraps a tensor for the graph after the break. Dynamo traces with
+    inference mode off, so the rewrite cannot tell the call is under inference_mode."""
+    _assert_no_violation(1701, 2557, "prototype[aot_eager]", "stock[aot_eager]")
+
+
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
     """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
     ``stock_label``, the same setting's stock."""
