@@ -232,6 +232,8 @@ def _refused(
                 return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
             if hidden_from_autograd(meta, n, w) and requires_grad(meta, root) and not only_hidden_writes(meta, root):
                 return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
+            if requires_grad(meta, root) and graph_ops.saved_by_backward(n) != (set(), False):  # s1701_2920
+                return f"{n.name} writes {w.name}, handed over requiring grad, and its backward reads a value"
             if (saver := _compiled_saver(meta, root, compiled_before, recompute)) is not None:
                 return f"{n.name} writes {w.name}, whose {saver} of an earlier compiled segment may save"
     return None
@@ -363,12 +365,10 @@ def _restricted_view(meta: GraphMeta, n: fx.Node) -> bool:
 def _through_a_copy(n: fx.Node) -> bool:
     """Whether the view chain ending at ``n`` holds an op that returns its input in eager (Note [Ops that return
     their input]) but a fresh tensor once compiled."""
-    while is_any_view(n):
+    while is_any_view(n) and isinstance(n.args[0], fx.Node):
         if graph_ops.returns_its_input(n):
             return True
-        if not isinstance(source := n.args[0], fx.Node):
-            return False
-        n = source
+        n = n.args[0]
     return False
 
 

@@ -748,6 +748,18 @@ def test_s1701_803_a_custom_functions_view_written_in_a_later_segment() -> None:
     _assert_no_violation(1701, 803, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
+@pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
+def test_s1701_2920_a_later_segment_writes_a_handed_value_its_backward_reads(label: str) -> None:
+    """Found by seed 1701 on 9f19884 (a crash where stock runs, both entry points), a consequence of e17ed8a's
+    non-leaf examples. ``t4 = MarkDirty.apply(b.clone())`` runs in eager between two segments; the later compiled
+    segment's ``t4.sin_()`` was compiled for a non-leaf ``t4`` requiring grad: AOTAutograd saved the input for
+    ``sin``'s backward and then applied the write to it, so the backward found the saved input one version on. A
+    compiled segment's write to a handed value requiring grad, by an op whose backward reads a value, is refused
+    now (segments.py); the cut falls back."""
+    stock = "stock[aot_eager]"
+    _assert_no_violation(1701, 2920, label, stock)
+
+
 @pytest.mark.xfail(strict=True, reason="open: fuzz_s1701_2557, an inlined Function's view under inference_mode")
 def test_s1701_2557_an_inlined_functions_view_under_inference_mode() -> None:
     """Open, found by seed 1701 on 9f19884, present on f65412e (a crash where stock runs, the backend). Called under
