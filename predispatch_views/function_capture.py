@@ -243,12 +243,27 @@ _SETS_RNG = Fallback(
 
 def _refusing_rng_setter(original: Callable[..., Any]) -> Callable[..., Any]:
     def setter(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_refusing, "active", False):
+        if getattr(_refusing, "active", False) and not _restores_the_current_state(original, args, kwargs):
             raise UnsupportedCapture(_SETS_RNG)
         return original(*args, **kwargs)
 
     setter.original = original  # type: ignore[attr-defined]
     return setter
+
+
+def _restores_the_current_state(setter: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``set_rng_state`` to the state the generator has: a no-op, which the trace may leave out. Dynamo's own frame
+    compile ends with one (``preserve_rng_state``, in a ``finally``), so ``torch.cond``, ``map`` and
+    ``while_loop``, which compile their branches with Dynamo when called outside a trace, make it here (a fake
+    trace draws no number); refused there, it broke off Dynamo's cleanup and left compiled autograd unusable in
+    the process."""
+    if setter.__name__ != "set_rng_state":
+        return False
+    state = args[0] if args else kwargs.get("new_state")
+    try:  # numpy(): no dispatch, so the trace's modes see no call
+        return bytes(state.numpy()) == bytes(torch.get_rng_state().numpy())
+    except (AttributeError, RuntimeError, TypeError):  # a fake or traced state
+        return False
 
 
 def _refusing_apply(original: classmethod) -> Callable[..., Any]:  # type: ignore[type-arg]

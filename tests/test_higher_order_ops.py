@@ -155,8 +155,10 @@ PROGRAMS: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, ...]]] = {
     "mutating_custom_op_on_a_view_under_no_grad": mutating_custom_op_on_a_view_under_no_grad,
 }
 # compile_function's capture refuses these (the fallback runs them eagerly, which is eager): torch.cond, map and
-# while_loop, called outside a trace, compile their branches with Dynamo, which restores the RNG state at the end
-# (the capture takes that for the function setting it) and would trace the capture's own TorchFunctionMode.
+# while_loop, called outside a trace, compile their branches with Dynamo, which traces the capture's own
+# TorchFunctionMode and stops (UncapturedHigherOrderOpError). Its RNG restore is let through (a no-op): refused, it
+# broke off Dynamo's cleanup and left compiled autograd unusable for the rest of the process (test_suite_regressions'
+# compiled-autograd gradchecks, run after this file, failed).
 RUN_EAGERLY_BY_COMPILE_FUNCTION = {
     "cond_then_unbind",
     "cond_reads_a_view",
@@ -200,7 +202,7 @@ def test_compile_function_matches_eager(name: str) -> None:
         assert_matches_eager(program, compiled, _inputs(positive))
     reasons = [reason for _, reason in predispatch_views.FALLBACKS]
     if name in RUN_EAGERLY_BY_COMPILE_FUNCTION:
-        assert reasons and all("random number generator" in r for r in reasons), reasons
+        assert reasons and all("UncapturedHigherOrderOpError" in r for r in reasons), reasons
     else:
         assert reasons == []
 
