@@ -140,10 +140,7 @@ def bases_to_recompute(
     """Note [Bases the compiled backward must not save]: the core's copies of each base the epilogue views or
     writes whose value eager's backward never reads, unless recomputing it would draw random numbers again."""
     core = {n for n in meta.nodes if n not in epilogue or n in duplicated}
-
-    def recorded(n: fx.Node) -> bool:
-        return n in core and n in meta.requires_grad and n not in meta.no_grad
-
+    recorded = _recorded_in(meta, core)
     marked: set[fx.Node] = set()
     for base in externals:
         if not any(u in epilogue for u in base.users):
@@ -167,12 +164,15 @@ def unsaved_storage(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> s
     if any(meta.root.get(a, a) in written for a in graph_ops.reaching(family) - family):
         return None
 
-    def recorded(n: fx.Node) -> bool:
-        return n in compiled and n in meta.requires_grad and n not in meta.no_grad
-
+    recorded = _recorded_in(meta, compiled)
     if any(graph_ops.is_random(n) for n in family) or _eager_saves_any(meta.nodes, family, recorded):
         return None
     return family
+
+
+def _recorded_in(meta: GraphMeta, compiled: set[fx.Node]) -> Callable[[fx.Node], bool]:
+    """Whether a node is one of the ``compiled`` ones autograd records (requires grad, not under no_grad)."""
+    return lambda n: n in compiled and n in meta.requires_grad and n not in meta.no_grad
 
 
 def dynamo_bases_to_recompute(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: list[fx.Node]) -> set[fx.Node]:
