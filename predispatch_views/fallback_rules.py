@@ -238,7 +238,7 @@ def _saves_its_result_and_is_read_after(meta: GraphMeta, m: fx.Node, base: fx.No
     Views taken before the write raise eager's lazy error on their ``grad_fn`` before any backward reaches the
     producer (``outs = y.split(2); y.mul_(2); return outs``); only a read after it leads backward there.
     """
-    if base not in meta.requires_grad or base in epilogue or not graph_ops.backward_reads_its_result(base):
+    if base not in meta.recorded or base in epilogue or not graph_ops.backward_reads_its_result(base):
         return False
     after = meta.nodes[meta.order[m] + 1 :]
     read = {m, base} | {n for n in after if meta.root.get(n) is base}  # the write, the base, aliases taken after
@@ -260,7 +260,7 @@ def may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated:
         if not any(i in reached or meta.root.get(i) is base for i in n.all_input_nodes):
             continue
         reached.add(n)
-        if n in meta.requires_grad and not (
+        if n in meta.recorded and not (
             is_any_view(n)
             or graph_ops.is_metadata_mutation(n)  # a view, in place
             or graph_ops.backward_reads_no_input(n)

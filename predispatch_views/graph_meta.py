@@ -70,6 +70,9 @@ class GraphMeta:
     sym_from_inputs: frozenset[fx.Node]  # size arithmetic computable from the graph inputs alone
     requires_grad: frozenset[fx.Node]  # results that require grad in eager
     no_grad: frozenset[fx.Node]  # nodes run with grad mode off
+    # Nodes autograd records (requiring grad, run with grad mode on): only these may save anything for backward.
+    # A call under no_grad or inference_mode whose target requires grad is in ``requires_grad`` but not here.
+    recorded: frozenset[fx.Node]
     grad_mode_changes: list[fx.Node]
     grad_enabled: bool  # the grad mode the graph is called in
     graph_breaks: GraphBreaks
@@ -101,6 +104,8 @@ def graph_meta(
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     groups = collections.Counter(input_alias_groups or ())
+    requires_grad = _requires_grad(nodes, placeholders, grad_enabled, input_requires_grad)
+    no_grad = _under_no_grad(nodes, grad_enabled)
     return GraphMeta(
         gm=gm,
         nodes=nodes,
@@ -113,13 +118,34 @@ def graph_meta(
             placeholders[i] for i, first in enumerate(input_alias_groups or ()) if groups[first] > 1
         ),
         sym_from_inputs=_sym_from_inputs(nodes),
-        requires_grad=_requires_grad(nodes, placeholders, grad_enabled, input_requires_grad),
-        no_grad=_under_no_grad(nodes, grad_enabled),
+        requires_grad=requires_grad,
+        no_grad=no_grad,
+        recorded=requires_grad - no_grad,
         grad_mode_changes=[n for n in nodes if graph_ops.is_grad_mode_change(n)],
         grad_enabled=grad_enabled,
         graph_breaks=graph_breaks,
         compiled_autograd=ti.compiled_autograd_configured(),
     )
+
+
+def restricted_view(meta: GraphMeta, n: fx.Node) -> bool:
+    """A view autograd forbids rebasing: an output of a multi-output view call, or a view made under no_grad (or a
+    view of one). Its ``grad_fn`` raises once its base is written; a plain view's is regenerated."""
+    while is_any_view(n) and isinstance(n.args[0], fx.Node):
+        if graph_ops.is_view_getitem(n) or n in meta.no_grad:
+            return True
+        n = n.args[0]
+    return False
+
+
+def through_a_copy(n: fx.Node) -> bool:
+    """Whether the view chain ending at ``n`` holds an op that returns its input in eager (Note [Ops that return
+    their input]) but a fresh tensor once compiled."""
+    while is_any_view(n) and isinstance(n.args[0], fx.Node):
+        if graph_ops.returns_its_input(n):
+            return True
+        n = n.args[0]
+    return False
 
 
 def is_any_view(n: fx.Node) -> bool:

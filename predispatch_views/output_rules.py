@@ -84,8 +84,8 @@ def eval_dropout_kept_in_core(meta: GraphMeta, dropout: fx.Node) -> bool:
     root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
     if root is None or root.op != "placeholder":
         return False
-    return any(  # a reader that requires grad: what may be saved for a backward (not a no_grad read)
-        n in meta.requires_grad
+    return any(  # a reader autograd records: what may be saved for a backward (not a no_grad read)
+        n in meta.recorded
         and not is_any_view(n)
         and n is not meta.output
         and any(meta.root.get(i) is root for i in n.all_input_nodes)
@@ -172,7 +172,7 @@ def unsaved_storage(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> s
 
 def _recorded_in(meta: GraphMeta, compiled: set[fx.Node]) -> Callable[[fx.Node], bool]:
     """Whether a node is one of the ``compiled`` ones autograd records (requires grad, not under no_grad)."""
-    return lambda n: n in compiled and n in meta.requires_grad and n not in meta.no_grad
+    return lambda n: n in compiled and n in meta.recorded
 
 
 def dynamo_bases_to_recompute(nodes: list[fx.Node], epilogue: set[fx.Node], crossing: list[fx.Node]) -> set[fx.Node]:

@@ -28,10 +28,11 @@ program did not:
   may save that value for backward (the write bumps its version: eager's backward raises if eager saved it, the
   compiled one where the partitioner did; Note [Mutations the epilogue must not replay]) and eager's backward
   reads some value of its storage (where it reads none, the earlier segment's nodes of that storage are tagged
-  for recomputation instead: Note [Bases the compiled backward must not save] in output_rules.py), or where a restricted
-  view of it crosses too (its lazy error would be read early: Note [A restricted view aliased by a write] in
-  runtime.py). Otherwise the second half is a graph whose inputs alias each other and that writes one of them,
-  as a graph after a graph break is (Note [Inputs that alias each other] in analysis.py);
+  for recomputation instead: Note [Bases the compiled backward must not save] in output_rules.py), or where a
+  restricted view of it crosses too and a value of its storage requires grad (its lazy error would be read early:
+  Note [A restricted view aliased by a write] in runtime.py; with none, its ``grad_fn`` is None and raises
+  nothing). Otherwise the second half is a graph whose inputs alias each other and that writes one of them, as a
+  graph after a graph break is (Note [Inputs that alias each other] in analysis.py);
 - the program's outputs are not a flat tuple.
 A crossing value that requires grad reaches the second half's compile as a non-leaf example (``_example``), so
 AOTAutograd applies the half's writes to it with autograd recording them, as eager does.
@@ -58,7 +59,16 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallback_rules import may_save
-from .graph_meta import GraphBreaks, GraphMeta, hidden_from_autograd, is_any_view, only_hidden_writes, taken_at
+from .graph_meta import (
+    GraphBreaks,
+    GraphMeta,
+    hidden_from_autograd,
+    is_any_view,
+    only_hidden_writes,
+    restricted_view,
+    taken_at,
+    through_a_copy,
+)
 from .output_rules import unsaved_storage
 
 log = logging.getLogger("predispatch_views")
@@ -105,7 +115,7 @@ def compile_in_segments(
             runners.append(stage.graph.forward)
             continue
         examples = [_example(meta, plan, source, example_inputs) for source in stage.sources]
-        program = compile_half(stage.graph, examples, _graph_breaks_of(plan, stage, meta.graph_breaks))
+        program = compile_half(stage.graph, examples, _graph_breaks_of(meta, plan, stage, meta.graph_breaks))
         if program.fallback is not None:
             log.debug("not cut at %s: a segment falls back: %s", at.name, program.fallback.reason)
             return None
@@ -135,7 +145,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
         ]
         if (reason := _eager_write_refused(meta, at, groups[0][1], recompute)) is not None:
             return reason
-        if restricted := [i.name for i in at.all_input_nodes if _restricted_view(meta, i) and _through_a_copy(i)]:
+        if restricted := [i.name for i in at.all_input_nodes if restricted_view(meta, i) and through_a_copy(i)]:
             # Eager's call reads a view autograd forbids rebasing, reached through an op that returns its input
             # (an eval dropout): the segment before hands over its own fresh tensor, which the caller can write,
             # and the call's view of it then raises on its grad_fn (fuzzer s1203_834). A restricted view reached
@@ -210,7 +220,7 @@ def _refused(
     inside = set(members)
     handed = [n for n in earlier if any(u in inside for u in n.users)]
     for n in handed:
-        if _restricted_view(meta, n) and any(
+        if restricted_view(meta, n) and any(
             meta.root.get(m) is meta.root.get(n) and order[m] > taken_at(n, order)
             for m in earlier
             if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
@@ -219,14 +229,14 @@ def _refused(
     earlier_set = set(earlier)
     handed_all = [n for n in earlier if any(u not in earlier_set for u in n.users)]
     handed_roots = {meta.root.get(n, n) for n in handed_all}
-    restricted_roots = {meta.root.get(n, n) for n in handed_all if _restricted_view(meta, n)}
+    restricted_roots = {meta.root.get(n, n) for n in handed_all if restricted_view(meta, n)}
     compiled_before = {n for n in earlier if stage_compiled[stage_of[n]]}
     for n in members:
         for w in graph_ops.written_args(n):
             root = meta.root.get(w, w)
             if root not in handed_roots:
                 continue
-            if root in restricted_roots:
+            if root in restricted_roots and any(meta.root.get(m, m) is root for m in meta.requires_grad):
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
             if n in meta.no_grad and graph_ops.runs_eagerly(root) and not graph_ops.written_args(root):  # s1701_803
                 return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
@@ -245,7 +255,7 @@ def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node
     node; the compiled segment's outputs share one node, so a backward through any of them unpacks it, and a later
     write that bumped its version raises there (fuzzer s1103_903: ``t1 = t0.sigmoid()`` crossing into a segment
     that runs ``t1.unsqueeze_(1)``, then a backward through ``t0``)."""
-    if root not in compiled or root.op != "call_function" or root not in meta.requires_grad:
+    if root not in compiled or root.op != "call_function" or root not in meta.recorded:
         return False
     if is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root):
         return False
@@ -344,32 +354,23 @@ def _runtime(plan: Cut, runners: list[Callable[..., Any]]) -> Callable[..., Any]
     return run
 
 
-def _graph_breaks_of(plan: Cut, stage: Stage, breaks: GraphBreaks) -> GraphBreaks:
+def _graph_breaks_of(meta: GraphMeta, plan: Cut, stage: Stage, breaks: GraphBreaks) -> GraphBreaks:
     """Where a segment meets a graph break: its outputs that are the program's cross the one after the program,
     its inputs that are the program's come from the one before it."""
     returned = {index for kind, index in plan.outputs if kind == stage.name}
     from_program = {k for k, (kind, _) in enumerate(stage.sources) if kind == "arg"}
-    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned))
-
-
-def _restricted_view(meta: GraphMeta, n: fx.Node) -> bool:
-    """A view autograd forbids rebasing: an output of a multi-output view call, or a view made under no_grad (or a
-    view of one). Its ``grad_fn`` raises once its base is written; a plain view's is regenerated."""
-    while is_any_view(n) and isinstance(n.args[0], fx.Node):
-        if graph_ops.is_view_getitem(n) or n in meta.no_grad:
-            return True
-        n = n.args[0]
-    return False
-
-
-def _through_a_copy(n: fx.Node) -> bool:
-    """Whether the view chain ending at ``n`` holds an op that returns its input in eager (Note [Ops that return
-    their input]) but a fresh tensor once compiled."""
-    while is_any_view(n) and isinstance(n.args[0], fx.Node):
-        if graph_ops.returns_its_input(n):
-            return True
-        n = n.args[0]
-    return False
+    writes = breaks.break_writes
+    if writes is not None:  # what the break's instruction writes, as the segment's inputs and outputs of its storage
+        nodes_of = {s.name: s.nodes for s in plan.stages}
+        at = {
+            meta.root.get(n, n) for n in (meta.placeholders[i] if k == "input" else meta.outputs[i] for k, i in writes)
+        }
+        ins = [meta.placeholders[i] if kind == "arg" else nodes_of[kind][i] for kind, i in stage.sources]
+        writes = frozenset(
+            [("input", k) for k, n in enumerate(ins) if meta.root.get(n, n) in at]
+            + [("output", j) for j, n in enumerate(stage.nodes) if meta.root.get(n, n) in at]
+        )
+    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), break_writes=writes)
 
 
 def _writes(n: fx.Node) -> bool:

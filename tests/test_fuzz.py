@@ -771,6 +771,40 @@ def test_s1701_2557_an_inlined_functions_view_under_inference_mode() -> None:
     _assert_no_violation(1701, 2557, "prototype[aot_eager]", "stock[aot_eager]")
 
 
+@pytest.mark.parametrize(
+    ("index", "label"),
+    [(3, "prototype_fn[aot_eager]"), (7, "prototype_fn[aot_eager]"), (84, "prototype_fn[aot_eager]")],
+)
+def test_s1801_calls_under_no_grad_or_inference_mode_compile_without_falling_back(index: int, label: str) -> None:
+    """Seed 1801 on 77674e1, fallbacks that gave up nothing. Called under inference_mode (3: ``exp(t0, out=a)``
+    then ``t1.mul_(2.0)`` on a view of ``ScaledClone.apply(a)``), no compiled op is recorded by autograd, so none
+    may save a value a later write breaks (GraphMeta.recorded; the rules asked ``requires_grad``, which an input
+    requiring grad keeps under no_grad). Called under no_grad (7, 84: ``MarkDirty.apply(t1)`` between two segments
+    after a multi-output view of its storage), the restricted views handed over have no ``grad_fn`` to read where no
+    value of their storage requires grad (segments._refused)."""
+    program = generate(1801, index, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label[label])
+    assert run.fallbacks == []
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+
+
+def test_s1801_134_a_segment_knows_what_the_graph_break_writes() -> None:
+    """Seed 1801 on 77674e1: ``ReturnsInput.apply(a)`` is cut around, and the graph ends at ``torch.sort(t3, 0,
+    out=(u0, u1))``, which writes only its out tensors. The segment after the call lost that record
+    (``GraphBreaks.break_writes``: unknown), so its ``chunk`` outputs crossing the break fell back "if the code
+    between the graphs wrote its base", and with them the whole graph. The segments now keep it, mapped onto their
+    own inputs and outputs by storage."""
+    program = generate(1801, 134, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label["prototype[aot_eager]"])
+    stock = classify(reference, run_program(program, by_label["stock[aot_eager]"]))
+    assert run.fallbacks == []
+    assert violated_rule(classify(reference, run), stock) is None
+
+
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
     """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
     ``stock_label``, the same setting's stock."""

@@ -109,8 +109,11 @@ def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardRe
 
     try:
         # Meta tensors traced as real ones: no fake mode, so no symbolic size joins the shape environment of a
-        # compile in progress (a guard on a size with no source breaks Dynamo's guard creation).
-        with torch.enable_grad(), unset_fake_temporarily():
+        # compile in progress (a guard on a size with no source breaks Dynamo's guard creation). Out of
+        # inference_mode, whatever mode the caller is in: under it autograd records nothing, and the answer
+        # "reads nothing" would be cached for every later caller (fuzzer s1801_3: compile_function called under
+        # inference_mode answered it for ``exp``, and a later compile with grad on kept a write it must refuse).
+        with torch.inference_mode(False), torch.enable_grad(), unset_fake_temporarily():
             gm = make_fx(joint, tracing_mode="real")(*[example(leaves[k]) for k in positions])
     except Exception:
         return None
