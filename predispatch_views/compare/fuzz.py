@@ -359,7 +359,8 @@ CRASH_AS_THE_CEILING = "crash where stock runs, as the ceiling does"
 # The same for a divergence where stock matches: the ceiling, under the same setting, differs from eager at the same
 # probe in the same way. Compiled autograd's second backward through eager's own CopySlices node hits an internal
 # assert where eager raises "backward through the graph a second time" (fuzzer s1102_942): any design that returns
-# eager's autograd graph meets it; stock's CompiledFunction node does not.
+# eager's autograd graph meets it; stock's CompiledFunction node does not. A probe-level find (WRONG_ON_A_PROBE)
+# the ceiling shares at that probe is reported so too (s1801_119, the same assert).
 WRONG_AS_THE_CEILING = "wrong where stock matches, as the ceiling is"
 # Reported apart from the invariant, compile_function only: a program where compile_function breaks a rule and
 # stock's own counterpart of it, functorch's aot_function on the whole function (``stock_fn``, no Dynamo), fails
@@ -482,12 +483,20 @@ def failure_predicate(
     return fails
 
 
-def wrong_on_a_probe(reference: Run, prototype: Run, stock: Run) -> Outcome | None:
+def wrong_on_a_probe(
+    reference: Run, prototype: Run, stock: Run, ceiling: Run | None = None
+) -> tuple[Outcome, bool] | None:
+    """The first probe where the prototype differs from eager and stock does not, and whether the ceiling differs
+    there alike (WRONG_AS_THE_CEILING, on one probe); a probe the ceiling does not share comes first."""
+    found = []
     for name in reference.observations:
         outcome = classify(reference, prototype, [name])
         if outcome.kind != "match" and classify(reference, stock, [name]).kind == "match":
-            return outcome
-    return None
+            shared = ceiling is not None and fails_alike(outcome, classify(reference, ceiling, [name]))
+            if not shared:
+                return outcome, False
+            found.append(outcome)
+    return (found[0], True) if found else None
 
 
 def fuzz(
@@ -534,8 +543,11 @@ def fuzz(
             if rule in INVARIANT_RULES and fails_as_stock_one_graph(program, runs[reference.label], s, outcome):
                 rule = AS_STOCK_ONE_GRAPH
             if rule is None:
-                outcome = wrong_on_a_probe(runs[reference.label], runs[s.label], runs[control])
-                rule = None if outcome is None else WRONG_ON_A_PROBE
+                on_probe = wrong_on_a_probe(
+                    runs[reference.label], runs[s.label], runs[control], runs.get(ceiling or "")
+                )
+                outcome = None if on_probe is None else on_probe[0]
+                rule = None if on_probe is None else WRONG_AS_THE_CEILING if on_probe[1] else WRONG_ON_A_PROBE
             if rule is None or outcome is None:
                 continue
             failure = Failure(program, s.label, outcome, rule)

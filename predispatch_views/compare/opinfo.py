@@ -580,8 +580,9 @@ def run_op_program(
                     rule = violated_rule(result.outcome, stock_outcome)
                 row = _row(program, setting, n, result, rule)
                 if n != STOCK and rule is None and STOCK in runs:
-                    diagnostic = wrong_on_a_probe(eager_run, runs[n], runs[STOCK])
-                    if diagnostic is not None:
+                    found = wrong_on_a_probe(eager_run, runs[n], runs[STOCK])
+                    if found is not None:
+                        diagnostic = found[0]
                         got = describe(diagnostic.actual, 300)
                         row.wrong_on_a_probe = f"{diagnostic.kind} in {diagnostic.probe}{diagnostic.path}: {got}"
                 if rule is not None and confirm:
