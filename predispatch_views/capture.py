@@ -7,7 +7,6 @@ eager builds eager's autograd node for it. See Note [Replaying pre-dispatch view
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dis
 import itertools
@@ -19,7 +18,7 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
-from ._torch_internals.dynamo_traced_code import returns_a_rewritten_view
+from ._torch_internals.dynamo_traced_code import rewritten_view_outputs
 from .fallbacks import Fallback, FallbackKind
 
 
@@ -43,58 +42,6 @@ def capture_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> f
     ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with ctx:
         return ti.trace_pre_dispatch(_as_callable(gm), fakes)
-
-
-# Note [The capture cache]
-# Dynamo hands the backend the same graph again after ``torch._dynamo.reset()`` or for another frame with the same
-# code; the pre-dispatch trace of that graph is then the same graph. It is kept, per process (a new process with
-# a warm on-disk AOTAutograd cache still traces once), for graphs whose trace depends only on the key below:
-# Dynamo's code, and per input its type and, for a tensor, its metadata (sizes, strides, offset, dtype, device,
-# layout, requires_grad, which other input shares its storage), and the grad mode. Not kept: a graph with symbolic sizes
-# (its trace holds the symbols of one ShapeEnv), or with submodules or get_attr constants (the trace would hold the
-# old graph's tensors). The stages after the capture copy the graph, never edit it, so one trace serves every hit.
-_CAPTURES: collections.OrderedDict[tuple[Any, ...], fx.GraphModule] = collections.OrderedDict()
-_CAPTURES_KEPT = 64
-
-
-def capture_graph_module_once(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
-    """capture_graph_module, or the trace of an equal graph made earlier in this process (Note [The capture
-    cache])."""
-    key = _capture_key(gm, example_inputs)
-    if key is not None and (hit := _CAPTURES.get(key)) is not None:
-        _CAPTURES.move_to_end(key)
-        return hit
-    captured = capture_graph_module(gm, example_inputs)
-    if key is not None:
-        _CAPTURES[key] = captured
-        while len(_CAPTURES) > _CAPTURES_KEPT:
-            _CAPTURES.popitem(last=False)
-    return captured
-
-
-def _capture_key(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[Any, ...] | None:
-    if any(True for _ in gm.children()) or any(n.op == "get_attr" for n in gm.graph.nodes):
-        return None
-    storages: dict[Any, int] = {}
-    key: list[Any] = [gm.code, torch.is_grad_enabled(), torch.is_inference_mode_enabled()]
-    for p, x in zip(gm.graph.find_nodes(op="placeholder"), example_inputs):
-        value = p.meta.get("example_value")
-        if (isinstance(value, torch.Tensor) and _symbolic(value)) or isinstance(value, torch.SymInt):
-            return None
-        if isinstance(x, torch.Tensor):
-            if x.layout != torch.strided or _symbolic(x):
-                return None
-            alias = storages.setdefault(_storage(x), len(storages))
-            key.append((tuple(x.shape), x.stride(), x.storage_offset(), x.dtype, x.device, x.requires_grad, alias))
-        elif x is None or isinstance(x, (bool, int, float, str)):
-            key.append((type(x), x))
-        else:
-            return None
-    return tuple(key)
-
-
-def _symbolic(t: torch.Tensor) -> bool:
-    return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride(), t.storage_offset()))
 
 
 def capture_limitation(gm: fx.GraphModule) -> Fallback | None:
@@ -123,9 +70,10 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
     Dynamo traced the forwards of the Functions the capture keeps as nodes too (Note [Custom autograd.Functions in
     the core]): those whose lines the nodes' forward graphs record are not counted. Asked after the capture, where
     a kept Function that returns an input has fallen back with its own reason."""
-    if ti.ends_at_graph_break(gm) and returns_a_rewritten_view(gm):
-        # Dynamo wraps the view for the graph after the break and may read its autograd state, which raises for
-        # an inference-mode view whose base was written (fuzzer s1602_1270; design/06, the Dynamo change).
+    if ti.ends_at_graph_break(gm) and _written_at_break(gm, rewritten_view_outputs(gm)):
+        # Dynamo wraps the view for the graph after the break and reads its autograd state, which raises for an
+        # inference-mode view whose base was written after it was taken (fuzzer s1602_1270; design/06, the Dynamo
+        # change): by the graph, or by the instruction the graph breaks at (Note [What runs between two graphs]).
         return Fallback(
             FallbackKind.INLINED_AUTOGRAD_FUNCTION,
             "Dynamo inlined the forward of autograd.Function (no input requires grad), and the view of the input it "
@@ -143,6 +91,16 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
             "input it returns would be the input itself, where eager's is a view of it",
         )
     return None
+
+
+def _written_at_break(gm: fx.GraphModule, outputs: list[fx.Node]) -> bool:
+    """Whether the storage of any of ``outputs`` may be written in the graph or by its break's instruction."""
+    storages = {_storage(_example(o)) for o in outputs} - {None}
+    writes, placeholders = ti.graph_break_writes(gm), list(gm.graph.find_nodes(op="placeholder"))
+    if not storages or writes is None or any(_storage(_example(w)) in storages for w in _written_nodes(gm)):
+        return bool(storages)
+    returned = [a for a in ti.tree_leaves(gm.graph.output_node().args[0]) if isinstance(a, fx.Node)]
+    return any(_storage(_example(placeholders[i] if k == "input" else returned[i])) in storages for k, i in writes)
 
 
 def _identity_may_show(gm: fx.GraphModule) -> bool:
@@ -207,12 +165,12 @@ def written_inputs(gm: fx.GraphModule) -> list[int]:
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     # Inputs that are no tensors (ints, SymInts, lists, None) have no storage and are never written.
     storage = {i: s for i, p in enumerate(placeholders) if (s := _storage(_example(p))) is not None}
-    written = set()
-    for n in gm.graph.nodes:
-        for target in _written_args(n):
-            s = _storage(_example(target)) if isinstance(target, fx.Node) else None
-            written |= {i for i, si in storage.items() if s is not None and si == s}
-    return sorted(written)
+    written = {_storage(_example(target)) for target in _written_nodes(gm)} - {None}
+    return sorted(i for i, s in storage.items() if s in written)
+
+
+def _written_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    return [target for n in gm.graph.nodes for target in _written_args(n) if isinstance(target, fx.Node)]
 
 
 def _example(n: fx.Node) -> Any:

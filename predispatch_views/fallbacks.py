@@ -222,7 +222,7 @@ class FallbackKind(enum.Enum):
         "would be the input itself, where eager's is a view of it`",
         "without grad Dynamo inlines the forward, returning an input as itself; eager's apply returns a view. The "
         "backend rewrites such calls (Note [An inlined Function returns its input as eager does]); this is the rest "
-        "(another container, an output requiring grad that is no input, a view that crosses a graph break).",
+        "(another container, a non-input output requiring grad, a view crossing a break that may write its base).",
         "capture.py",
         "Dynamo inlined the forward of autograd.Function",
     )

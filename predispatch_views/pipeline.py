@@ -290,11 +290,11 @@ def _compile_dynamo_graph(
 ) -> CompiledProgram:
     from .capture import (
         UnsupportedCapture,
-        capture_graph_module_once,
         capture_limitation,
         inlined_autograd_function,
         may_return_views_of,
     )
+    from .capture_cache import capture_graph_module_once
 
     try:
         # Compiled autograd's backward graph returns gradients for the autograd engine to accumulate, from one

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import predispatch_views as pv
 from predispatch_views import _torch_internals as ti
-from predispatch_views import capture, dynamo_slice
+from predispatch_views import capture_cache, dynamo_slice
 from tests.parity_utils import assert_same, observe
 
 # Ops of a core: (source, arity); each reads the previous value(s).
@@ -236,7 +236,8 @@ def test_a_sliced_program_does_no_pre_dispatch_trace(monkeypatch: pytest.MonkeyP
     _graph_outcome(program, torch.randn(4, 4, requires_grad=True), torch.randn(4, 4))
     assert traces == []
     monkeypatch.setattr(dynamo_slice, "ENABLED", False)
-    monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())  # Note [The capture cache]: a fresh one
+    # Note [The capture cache]: a fresh one
+    monkeypatch.setattr(capture_cache, "_CAPTURES", type(capture_cache._CAPTURES)())
     _graph_outcome(program, torch.randn(4, 4, requires_grad=True), torch.randn(4, 4))
     assert traces == [1]  # the check sees the capture's trace where there is one
 

@@ -777,7 +777,12 @@ def test_s1701_2557_an_inlined_functions_view_under_inference_mode() -> None:
 
 @pytest.mark.parametrize(
     ("index", "label"),
-    [(3, "prototype_fn[aot_eager]"), (7, "prototype_fn[aot_eager]"), (84, "prototype_fn[aot_eager]")],
+    [
+        (3, "prototype_fn[aot_eager]"),
+        (7, "prototype_fn[aot_eager]"),
+        (84, "prototype_fn[aot_eager]"),
+        (144, "prototype[aot_eager]"),
+    ],
 )
 def test_s1801_calls_under_no_grad_or_inference_mode_compile_without_falling_back(index: int, label: str) -> None:
     """Seed 1801 on 77674e1, fallbacks that gave up nothing. Called under inference_mode (3: ``exp(t0, out=a)``
@@ -785,7 +790,10 @@ def test_s1801_calls_under_no_grad_or_inference_mode_compile_without_falling_bac
     may save a value a later write breaks (GraphMeta.recorded; the rules asked ``requires_grad``, which an input
     requiring grad keeps under no_grad). Called under no_grad (7, 84: ``MarkDirty.apply(t1)`` between two segments
     after a multi-output view of its storage), the restricted views handed over have no ``grad_fn`` to read where no
-    value of their storage requires grad (segments._refused)."""
+    value of their storage requires grad (segments._refused). Called under inference_mode (144: ``t4 =
+    ReturnsInput.apply(t1)``, inlined and rewritten to eager's view, crosses the break at ``torch.max(t3, 1,
+    out=(u4, u5))``), Dynamo's read of the view's ``grad_fn`` raises only where its base was written: by the graph
+    or by the break's instruction, which writes only ``u4, u5`` (capture._written_at_break)."""
     program = generate(1801, index, ALL)
     by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
     reference = run_program(program, eager())

@@ -94,7 +94,7 @@ def run(*args):
 def pre_dispatch_traces(monkeypatch) -> list[str]:
     """Every pre-dispatch trace made while the test runs, with an empty capture cache (Note [The capture cache])."""
     from predispatch_views import _torch_internals as ti
-    from predispatch_views import capture
+    from predispatch_views import capture_cache
 
     traces: list[str] = []
     original = ti.trace_pre_dispatch
@@ -104,7 +104,7 @@ def pre_dispatch_traces(monkeypatch) -> list[str]:
         return original(fn, args)
 
     monkeypatch.setattr(ti, "trace_pre_dispatch", counting)
-    monkeypatch.setattr(capture, "_CAPTURES", type(capture._CAPTURES)())
+    monkeypatch.setattr(capture_cache, "_CAPTURES", type(capture_cache._CAPTURES)())
     return traces
 
 

@@ -168,18 +168,21 @@ def _added_by_rewrite(n: torch.fx.Node) -> bool:
     return any(f'File "{file}"' in last and last.endswith(f"in {name}") for file, name in helpers)
 
 
-def returns_a_rewritten_view(gm: torch.fx.GraphModule) -> bool:
-    """Whether an output of ``gm`` is (a view of) a view the rewrite traced."""
+def rewritten_view_outputs(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The outputs of ``gm`` that are (views of) a view the rewrite traced."""
     outputs = [
         a for a in torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0]) if isinstance(a, torch.fx.Node)
     ]
-    while outputs:
-        n = outputs.pop()
-        if _added_by_rewrite(n):
-            return True
-        if n.op in ("call_function", "call_method") and n.args and isinstance(n.args[0], torch.fx.Node):
-            outputs.append(n.args[0])
-    return False
+    found = []
+    for output in outputs:
+        n = output
+        while not _added_by_rewrite(n):
+            if n.op not in ("call_function", "call_method") or not n.args or not isinstance(n.args[0], torch.fx.Node):
+                break
+            n = n.args[0]
+        else:
+            found.append(output)
+    return found
 
 
 def without_inlined_function_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
