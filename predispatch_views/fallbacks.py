@@ -24,8 +24,7 @@ class FallbackKind(enum.Enum):
         "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage change) "
         "(compile_function compiles an `out=` call that resizes only tensors the function made, unaliased)",
         "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
-        "functionalization cannot express a storage swap, and a replayed view would see a different storage than "
-        "eager's.",
+        "functionalization cannot express a storage swap; a replayed view would see another storage than eager's.",
         "fallback_rules.py",
         "changes a tensor's storage",
     )
@@ -366,12 +365,13 @@ class FallbackKind(enum.Enum):
 
     INNER_BACKEND_REJECTED = FallbackReason(
         "a graph the inner backend fails to compile where eager runs it (inputs sharing storage, views an earlier "
-        "graph returned; a version-counter error eager raises only in backward): it runs uncompiled",
-        "`the inner backend raised <error> on inputs that share storage (...)` or `... while tracing the backward, "
-        "an error eager raises only if a backward reaches it (...)`; then `the graph runs uncompiled`",
+        "graph returned; a version-counter error eager raises only in backward; a view's lazy error eager raises "
+        "only where it is read): it runs uncompiled",
+        "`the inner backend raised <error> on inputs that share storage (...)`, `... while tracing the backward "
+        "(...)` or `... reading the grad_fn of a view ... (...)`: `the graph runs uncompiled`",
         'uncompiled is Dynamo with `backend="eager"`, eager\'s own behaviour (Note [Graphs the inner backend '
         "rejects]): AOTAutograd's synthetic-base path raises on aliased inputs only the prototype hands over "
-        "(2.13, dynamic shapes; s62_92), and its joint trace raises eager's backward error at compile time.",
+        "(2.13, dynamic shapes; s62_92); its joint trace raises eager's backward and lazy view errors early.",
         "inner_backend.py",
         "the graph runs uncompiled (Note [Graphs the inner",
     )

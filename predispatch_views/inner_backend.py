@@ -62,6 +62,10 @@ def inner_or_uncompiled(
       by an inplace operation"): AOTAutograd traces the backward at compile time and meets, for every program,
       the error eager raises only when a backward reaches that node (``t0 = a.tanh(); t0.uniform_()``, fuzzer
       s1101_80). Eager's forward runs; so does Dynamo's graph uncompiled, and its backward raises eager's error.
+    - A view's lazy error ("Output 1 of Unbind is a view and its base or another view of its base has been
+      modified inplace", the same for a view made under no_grad): AOTAutograd reads every ``grad_fn`` while it
+      traces; eager reads one only where a later op or a backward asks for it (fuzzer s1802_116, where the ceiling
+      runs the program and stock's compile fails). Uncompiled, the graph raises it exactly where eager does.
     Running Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
     The graph is Dynamo's as stock gets it (Note [An inlined Function returns its input as eager does]).
     """
@@ -78,6 +82,8 @@ def inner_or_uncompiled(
             why = "on inputs that share storage (the views an earlier graph returned)"
         elif _BACKWARD_ERROR in str(e):
             why = "while tracing the backward, an error eager raises only if a backward reaches it"
+        elif _LAZY_VIEW_ERROR in str(e):
+            why = "reading the grad_fn of a view whose base was written, an error eager raises only where it is read"
         else:
             raise
         reason = (
@@ -92,6 +98,7 @@ def inner_or_uncompiled(
 
 
 _BACKWARD_ERROR = "one of the variables needed for gradient computation has been modified by an inplace operation"
+_LAZY_VIEW_ERROR = "its base or another view of its base has been modified inplace"  # handle_view_on_rebase's
 
 
 def cpu_seconds() -> float:

@@ -817,6 +817,22 @@ def test_s1801_134_a_segment_knows_what_the_graph_break_writes() -> None:
     assert violated_rule(classify(reference, run), stock) is None
 
 
+@pytest.mark.parametrize("index", [21, 116, 127])
+def test_s1802_a_views_lazy_error_met_at_compile_time_runs_the_graph_uncompiled(index: int) -> None:
+    """Seed 1802 on 65e18de: the backend fell back to stock, whose compile raised a view's lazy error ("Output 1
+    of Unbind is a view and its base or another view of its base has been modified inplace", the same for a view
+    made under no_grad): AOTAutograd reads every ``grad_fn`` while it traces, eager only where a later op or a
+    backward reads it. Stock crashes; the ceiling runs it. The graph now runs uncompiled there, as for the
+    version-counter error (Note [Graphs the inner backend rejects]), and matches eager."""
+    program = generate(1802, index, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    assert classify(reference, run_program(program, by_label["stock[aot_eager]"])).kind == "crash"
+    run = run_program(program, by_label["prototype[aot_eager]"])
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+    assert any("reading the grad_fn of a view whose base was written" in f for f in run.fallbacks), run.fallbacks
+
+
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
     """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
     ``stock_label``, the same setting's stock."""
