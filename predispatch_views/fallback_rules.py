@@ -116,11 +116,12 @@ def storage_change(meta: GraphMeta) -> Fallback | None:
 def _resizes_only_fresh_tensors(meta: GraphMeta, n: fx.Node) -> bool:
     """An out= call that resizes out tensors the graph made itself (``o = torch.empty(0); torch.sin(x, out=o)``),
     none of which anything aliases before the call: no other tensor sees the old storage, and AOTAutograd's
-    functionalization gives the out tensor its new one as eager does. Not ``resize_``/``set_`` themselves."""
+    functionalization gives the out tensor its new one as eager does. Not ``resize_``/``set_`` themselves. An out
+    tensor it does not resize is written in place, as by any in-place call (``torch.sort(a, 0, out=(a, i))``)."""
     if graph_ops.schema_name(n) in graph_ops.STORAGE_MUTATIONS:
         return False
     order = meta.order
-    for w in graph_ops.written_args(n):
+    for w in graph_ops.resized_args(n):
         if w.op == "placeholder" or meta.root.get(w) is not w:
             return False
         if any(meta.root.get(a) is w and a is not w and order[a] < order[n] for a in meta.nodes):

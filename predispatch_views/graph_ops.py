@@ -304,15 +304,18 @@ def is_storage_mutation(node: fx.Node) -> bool:
         return False
     if _name(op) in STORAGE_MUTATIONS:
         return True
-    if not _is_out_variant(op):
-        return False
+    return _is_out_variant(op) and bool(resized_args(node))
+
+
+def resized_args(node: fx.Node) -> list[fx.Node]:
+    """The out tensors of an out= call that it resizes (the others it writes in place, as any in-place call)."""
     results = node.meta.get("val")
     results = list(results) if isinstance(results, (list, tuple)) else [results]
-    written = [v.meta.get("val") for v in written_args(node)]
-    return any(
-        isinstance(w, torch.Tensor) and isinstance(r, torch.Tensor) and not _same_shape(w, r)
-        for w, r in zip(written, results)
-    )
+    return [
+        a
+        for a, r in zip(written_args(node), results)
+        if isinstance(w := a.meta.get("val"), torch.Tensor) and isinstance(r, torch.Tensor) and not _same_shape(w, r)
+    ]
 
 
 def _is_out_variant(op: ti.OpOverload) -> bool:

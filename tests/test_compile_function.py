@@ -571,10 +571,43 @@ def sin_into_a_viewed_out_tensor(x: torch.Tensor) -> Any:
     return head, out.unbind(0)
 
 
-@pytest.mark.parametrize("fn", [sort_into_fresh_out_tensors, sin_into_a_fresh_out_tensor], ids=lambda f: f.__name__)
+def sort_into_its_input_and_a_fresh_index(x: torch.Tensor) -> Any:  # fuzzer s1802_107
+    y = x * 2
+    indices = torch.empty(0, dtype=torch.long)
+    torch.sort(y, 0, out=(y, indices))  # y keeps its shape (written in place); only the fresh indices resize
+    return *y.unbind(0), indices
+
+
+def sort_into_a_viewed_input_and_a_fresh_index(x: torch.Tensor) -> Any:
+    y = x * 2
+    head = y[0]  # taken before the write: an alias that sees it, as in eager
+    indices = torch.empty(0, dtype=torch.long)
+    torch.sort(y, 0, out=(y, indices))
+    return head, *y.unbind(1), indices
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        sort_into_fresh_out_tensors,
+        sin_into_a_fresh_out_tensor,
+        sort_into_its_input_and_a_fresh_index,
+    ],
+    ids=lambda f: f.__name__,
+)
 def test_an_out_call_that_resizes_a_fresh_tensor_is_compiled(fn: Callable[..., Any]) -> None:
-    # It fell back before (a storage change); the fresh out tensor's new storage is nobody else's.
+    # It fell back before (a storage change); the fresh out tensor's new storage is nobody else's. An out tensor
+    # the call does not resize is written in place, as by any in-place call, whatever aliases it.
     assert_matches_eager(fn, _compile(fn, strict=True), lambda: [_x(3, 4, requires_grad=False)])
+
+
+def test_an_out_call_writing_a_viewed_tensor_it_does_not_resize_is_no_storage_change() -> None:
+    """The view ``head`` sees ``sort``'s write, which another rule replays in eager (or refuses): never the
+    storage-change fallback, and eager's values either way."""
+    fn = sort_into_a_viewed_input_and_a_fresh_index
+    before = len(pv.FALLBACKS)
+    assert_matches_eager(fn, _compile(fn), lambda: [_x(3, 4, requires_grad=False)])
+    assert not any("changes a tensor's storage" in r for _, r in list(pv.FALLBACKS)[before:])
 
 
 def test_an_out_call_that_resizes_a_viewed_tensor_still_falls_back() -> None:
