@@ -99,6 +99,9 @@ class Gap:
     # which can pass 100% where Dynamo itself diverges) count the functions it ran eagerly; this does not.
     matched_not_fallen_back: int = 0
     below_the_ceiling: int = 0
+    # Fallbacks on programs stock runs: where stock crashes (its compile or its backward), the fallback is the
+    # uncompiled graph or stock's own crash, and no compiled form of AOTAutograd's would do better.
+    fallbacks_where_stock_runs: int = 0
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
 
     @property
@@ -128,6 +131,7 @@ def gaps(records: Iterable[Mapping[str, Result]], labels: Sequence[str]) -> list
             gap.ceiling += ceiling.kind == "match"
             gap.matched += entry.kind == "match"
             gap.fallbacks += bool(entry.fallbacks)
+            gap.fallbacks_where_stock_runs += bool(entry.fallbacks) and stock.kind != "crash"
             gap.matched_not_fallen_back += entry.kind == "match" and not entry.fallbacks
             if is_below_the_ceiling(entry, ceiling):
                 gap.below_the_ceiling += 1
@@ -154,6 +158,7 @@ GAP_HEADERS = (
     "fell back",
     "matched without falling back",
     "below the ceiling",
+    "fell back where stock runs",
 )
 
 
@@ -170,6 +175,7 @@ def gap_rows(found: Sequence[Gap]) -> list[tuple[str, ...]]:
             _percent(g.fallbacks, g.programs),
             str(g.matched_not_fallen_back),
             str(g.below_the_ceiling),
+            _percent(g.fallbacks_where_stock_runs, g.programs),
         )
         for g in found
     ]
@@ -188,7 +194,9 @@ def gap_markdown(found: Sequence[Gap], unit: str, top: int = 12) -> list[str]:
         "(ceiling - stock). `fell back`: the backend handed the graph to stock, or compile_function ran the "
         "function eagerly (compile_function's fallback is eager itself: its matches count those functions, and its gap "
         "closed can pass 100% where Dynamo itself diverges; `matched without falling back` does not count them). "
-        "`below the ceiling`: the entry point differs from eager where the ceiling matches.",
+        "`below the ceiling`: the entry point differs from eager where the ceiling matches. `fell back where stock "
+        "runs`: the fallbacks on programs where stock does not crash (the rest fall back where stock's own compile "
+        "or backward raises).",
         "",
         "| " + " | ".join(GAP_HEADERS) + " |",
         "|---|---|" + "---:|" * (len(GAP_HEADERS) - 2),
