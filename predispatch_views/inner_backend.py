@@ -67,11 +67,14 @@ def inner_or_uncompiled(
       traces; eager reads one only where a later op or a backward asks for it (fuzzer s1802_116, where the ceiling
       runs the program and stock's compile fails). Uncompiled, the graph raises it exactly where eager does.
     Running Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
-    The graph is Dynamo's as stock gets it (Note [An inlined Function returns its input as eager does]).
+    The graph is Dynamo's as stock gets it (Note [An inlined Function returns its input as eager does]), where an
+    inlined Function's result is its input itself; the input is then returned as it is (``_inputs_as_they_are``).
     """
-    graph = without_inlined_function_views(graph)
+    stripped = without_inlined_function_views(graph)
+    graph, rewritten = stripped, stripped is not graph
     try:
-        return inner_fn(graph, list(example_inputs))
+        compiled = inner_fn(graph, list(example_inputs))
+        return _inputs_as_they_are(compiled, graph) if rewritten else compiled
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:
@@ -95,6 +98,27 @@ def inner_or_uncompiled(
         if result.fallback is None:
             result.fallback = Fallback(FallbackKind.INNER_BACKEND_REJECTED, reason)
         return graph.forward
+
+
+def _inputs_as_they_are(compiled: Callable[..., Any], graph: fx.GraphModule) -> Callable[..., Any]:
+    """``compiled``, returning the input object itself where the graph returns an input. Stock's Dynamo never makes
+    an inlined Function's result (its input itself) a graph output: the frame reads the input back. Compiled
+    from the graph without the rewrite, that output is AOTAutograd's regenerated alias of the input, made anew on
+    each call (under inference_mode, an inference-mode view, whose ``grad_fn`` Dynamo's next trace reads after
+    the caller wrote it: fuzzer s1701_2557)."""
+    placeholders = list(graph.graph.find_nodes(op="placeholder"))
+    returned = ti.tree_leaves(graph.graph.output_node().args[0])
+    direct = {k: placeholders.index(o) for k, o in enumerate(returned) if o in placeholders}
+    if not direct:
+        return compiled
+
+    def run(*args: Any) -> Any:
+        outs = list(compiled(*args))
+        for k, i in direct.items():
+            outs[k] = args[i]
+        return outs
+
+    return run
 
 
 _BACKWARD_ERROR = "one of the variables needed for gradient computation has been modified by an inplace operation"

@@ -764,14 +764,16 @@ def test_s1701_2920_a_later_segment_writes_a_handed_value_its_backward_reads(lab
     _assert_no_violation(1701, 2920, label, stock)
 
 
-@pytest.mark.xfail(strict=True, reason="open: fuzz_s1701_2557, an inlined Function's view under inference_mode")
 def test_s1701_2557_an_inlined_functions_view_under_inference_mode() -> None:
-    """Open, found by seed 1701 on 9f19884, present on f65412e (a crash where stock runs, the backend). Called under
-    inference_mode: ``t0 = ReturnsInput.apply(b)`` (inlined, rewritten to a view: Note [An inlined Function returns
-    its input as eager does]), ``a.sin_()`` on ``b``'s base, then ``MarkDirty.apply(t0)`` breaks the graph. The
-    graph falls back (the rewritten view crosses the break), yet Dynamo raises "A view was created in inference mode
-    and its base ... modified inplace" while it wraps a tensor for the graph after the break. Dynamo traces with
-    inference mode off, so the rewrite cannot tell the call is under inference_mode."""
+    """Found by seed 1701 on 9f19884, present on f65412e, fixed in this session (a crash where stock runs, the
+    backend). Called under inference_mode: ``t0 = ReturnsInput.apply(b)`` (inlined, rewritten: Note [An inlined
+    Function returns its input as eager does]), ``a.sin_()`` on ``b``'s base, then ``MarkDirty.apply(t0)`` breaks
+    the graph. The graph falls back (the rewritten view crosses the break) to stock's graph without the rewrite,
+    which returns the input ``b`` itself; AOTAutograd regenerated that output as a new alias of ``b`` on each call,
+    an inference-mode view where stock's Dynamo, never making it an output, hands on ``b`` itself. After
+    ``MarkDirty`` wrote it, Dynamo's trace of the code after the break read its ``grad_fn`` and raised "A view was
+    created in inference mode and its base ... modified inplace". The fallback now returns the input object itself
+    (inner_backend._inputs_as_they_are)."""
     _assert_no_violation(1701, 2557, "prototype[aot_eager]", "stock[aot_eager]")
 
 
