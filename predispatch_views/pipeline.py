@@ -253,6 +253,7 @@ def _compile_dynamo_graph_guarded(
     from .capture import written_inputs
 
     try:
+        ti.restore_input_contexts(gm, example_inputs)
         written = written_inputs(gm)
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise

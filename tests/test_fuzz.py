@@ -835,6 +835,52 @@ def test_s1802_a_views_lazy_error_met_at_compile_time_runs_the_graph_uncompiled(
     assert any("reading the grad_fn of a view whose base was written" in f for f in run.fallbacks), run.fallbacks
 
 
+_UNNAMED_SYMBOL = """
+import sys
+import torch, torch._functorch.config
+from predispatch_views.compare.fuzz import FUZZ_PROBES, _plan, _seeded, fuzz_strategies
+from predispatch_views.compare.fuzz_program import generate, parse_dimensions
+from predispatch_views.compare.probes import Raised, Subject, attempt
+program = generate(int(sys.argv[1]), int(sys.argv[2]), parse_dimensions("all"))
+strategy = {s.label: s for s in fuzz_strategies("aot_eager", parse_dimensions("all"))}[sys.argv[3]]
+cases = program.cases()
+torch._dynamo.reset()
+torch._functorch.config.enable_autograd_cache = False
+with strategy.context():
+    made = strategy.make(cases[0].fn)
+    for name, call in _plan(program, None):
+        subject = Subject(_seeded(made, program.call_mode), cases[call], "cpu")
+        observed = attempt(lambda: FUZZ_PROBES[name](subject.call))
+        torch.set_grad_enabled(True)
+        if isinstance(observed, Raised) and "sources must not be empty" in observed.message:
+            raise SystemExit(f"{name} {call}: {observed.message}")
+"""
+
+
+@pytest.mark.parametrize(
+    ("seed", "index", "label"), [(1803, 67, "prototype[aot_eager]"), (1701, 1741, "prototype[aot_eager,dynamic]")]
+)
+def test_an_input_dynamo_reached_under_two_sources_keeps_its_symbols(seed: int, index: int, label: str) -> None:
+    """s1803_67 (found by seed 1803 on 0ee19ae, a crash where stock runs) and s1701_1741 (open since seed 1701,
+    "nondeterministic"). The graph after a break takes an input and eager's view of it (``ReturnsInput``), or two
+    views of one base. Dynamo's ``tensor_to_context`` keeps one context per tensor, the last it made, and the
+    tensor's symbols were made under whichever source Dynamo wrapped first (``b`` or ``t0._base``); fakified with
+    the other context (here, and in AOTAutograd's ``process_inputs``), the input got a new symbol that no guard could
+    name: "sources must not be empty for symbol". The order follows a set Dynamo iterates, so the hash seed: on
+    0ee19ae s1803_67 raised under PYTHONHASHSEED 0, 3 and 5 (not 1, 2, 4), s1701_1741 under 0, 3 and 5. The
+    pipeline now restores each input's own context and caches in it the symbols of Dynamo's fake
+    (``_torch_internals.restore_input_contexts``). The fuzzer's sequence for the program, in fresh processes, the
+    AOTAutograd cache off (a hit on the second size hides it)."""
+    import os
+    import subprocess
+
+    for hash_seed in ("0", "3", "5"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        command = [sys.executable, "-c", _UNNAMED_SYMBOL, str(seed), str(index), label]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, (hash_seed, done.stderr[-2000:])
+
+
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
     """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
     ``stock_label``, the same setting's stock."""

@@ -2,10 +2,8 @@
 
 A torch upgrade should only need changes here. ``CHECKED_ON`` below names, per API, the torch releases it was
 checked on (Note [Private APIs per torch release]); the supported range is in _torch_support.py.
-
-Each entry of ``CHECKED_ON`` names one private API the engine relies on and why it is needed where the name
-alone does not say; the engine's other modules reach torch's internals only through the names below
-(tests/test_engine_layout.py checks it).
+Each entry of ``CHECKED_ON`` names one private API the engine relies on and why where the name does not say; the
+engine's other modules reach torch's internals only through these names (tests/test_engine_layout.py checks it).
 """
 
 from __future__ import annotations
@@ -92,6 +90,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "UserFunctionVariable, WrapBackendDebug._torchdynamo_orig_backend (install_inlined_function_returns)": _BOTH,
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
     "InstructionTranslator.current_tx(): current_instruction, stack, kw_names (dynamo_break.py)": _BOTH,
+    "current_tx().output.tracked_fakes, meta grapharg.source (dynamo_inputs.py)": ("2.13.0",),
     "torch._inductor.compile_fx.compile_fx": _BOTH,
     "torch._TorchCompileInductorWrapper.__call__": _BOTH,
     "torch._functionalize_is_multi_output_view": _BOTH,
@@ -391,8 +390,9 @@ def two_tensor_class() -> type:
     return TwoTensor
 
 
-# Dynamo's record (inlined Functions, a break's writes); what backward reads (Note [Which ops save their result]).
+# Dynamo's record (Functions it inlined, a break's writes, inputs); what backward reads (saved_for_backward.py).
 from .dynamo_break import graph_break_writes  # noqa: E402, F401
+from .dynamo_inputs import restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
 from .saved_for_backward import backward_reads, backward_reads_result, mark_must_recompute  # noqa: E402, F401
 
