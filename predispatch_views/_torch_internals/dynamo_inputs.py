@@ -22,10 +22,11 @@ def restore_input_contexts(gm: torch.fx.GraphModule, example_inputs: Any) -> Non
     fake_mode = tracing_context.fake_mode if tracing_context is not None else None
     if fake_mode is None or fake_mode.shape_env is None:
         return
+    tracked = _tracked_contexts()
     for p, t in zip(gm.graph.find_nodes(op="placeholder"), example_inputs):
         if not isinstance(t, torch.Tensor) or t not in tracing_context.tensor_to_context:
             continue
-        own = _tracked_context(getattr(p.meta.get("grapharg"), "source", None))
+        own = tracked.get(getattr(getattr(p.meta.get("grapharg"), "source", None), "name", None))
         source = getattr(tracing_context.tensor_to_context[t], "tensor_source", None)
         if own is not None and source is not None and own.tensor_source.name != source.name:
             tracing_context.tensor_to_context[t] = own
@@ -46,13 +47,13 @@ def _cache_dynamo_symbols(context: Any, fake: Any, shape_env: Any) -> None:
             known.setdefault(f"{source.name}.size()[{i}]", size.node.expr)
 
 
-def _tracked_context(source: Any) -> Any:
-    """The symbolic context Dynamo's translator tracked for ``source`` (an input's), or None."""
+def _tracked_contexts() -> dict[str, Any]:
+    """Source name -> the symbolic context Dynamo's translator tracked for it (the first, where several)."""
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
-    tx = InstructionTranslator.current_tx() if source is not None else None
+    tx = InstructionTranslator.current_tx()
+    found: dict[str, Any] = {}
     for tracked in tx.output.tracked_fakes if tx is not None else ():
-        context = tracked.symbolic_context
-        if tracked.source.name == source.name and getattr(context, "tensor_source", None) is not None:
-            return context
-    return None
+        if getattr(tracked.symbolic_context, "tensor_source", None) is not None:
+            found.setdefault(tracked.source.name, tracked.symbolic_context)
+    return found
