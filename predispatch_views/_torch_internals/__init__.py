@@ -90,7 +90,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "UserFunctionVariable, WrapBackendDebug._torchdynamo_orig_backend (install_inlined_function_returns)": _BOTH,
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
     "InstructionTranslator.current_tx(): current_instruction, stack, kw_names (dynamo_break.py)": _BOTH,
-    "current_tx().output.tracked_fakes, meta grapharg.source (dynamo_inputs.py)": ("2.13.0",),
+    "current_tx().output.tracked_fakes, meta grapharg.source (dynamo_inputs.py)": _BOTH,
     "torch._inductor.compile_fx.compile_fx": _BOTH,
     "torch._TorchCompileInductorWrapper.__call__": _BOTH,
     "torch._functionalize_is_multi_output_view": _BOTH,
