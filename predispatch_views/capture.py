@@ -96,9 +96,12 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
 def _written_at_break(gm: fx.GraphModule, outputs: list[fx.Node]) -> bool:
     """Whether the storage of any of ``outputs`` may be written in the graph or by its break's instruction."""
     storages = {_storage(_example(o)) for o in outputs} - {None}
-    writes, placeholders = ti.graph_break_writes(gm), list(gm.graph.find_nodes(op="placeholder"))
-    if not storages or writes is None or any(_storage(_example(w)) in storages for w in _written_nodes(gm)):
-        return bool(storages)
+    if not storages:
+        return False
+    writes = ti.graph_break_writes(gm)
+    if writes is None or any(_storage(_example(w)) in storages for w in _written_nodes(gm)):
+        return True
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
     returned = [a for a in ti.tree_leaves(gm.graph.output_node().args[0]) if isinstance(a, fx.Node)]
     return any(_storage(_example(placeholders[i] if k == "input" else returned[i])) in storages for k, i in writes)
 

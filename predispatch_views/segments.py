@@ -115,7 +115,7 @@ def compile_in_segments(
             runners.append(stage.graph.forward)
             continue
         examples = [_example(meta, plan, source, example_inputs) for source in stage.sources]
-        program = compile_half(stage.graph, examples, _graph_breaks_of(meta, plan, stage, meta.graph_breaks))
+        program = compile_half(stage.graph, examples, _graph_breaks_of(meta, plan, stage))
         if program.fallback is not None:
             log.debug("not cut at %s: a segment falls back: %s", at.name, program.fallback.reason)
             return None
@@ -231,12 +231,13 @@ def _refused(
     handed_roots = {meta.root.get(n, n) for n in handed_all}
     restricted_roots = {meta.root.get(n, n) for n in handed_all if restricted_view(meta, n)}
     compiled_before = {n for n in earlier if stage_compiled[stage_of[n]]}
+    grad_roots = {meta.root.get(m, m) for m in meta.requires_grad}  # storages with a value requiring grad
     for n in members:
         for w in graph_ops.written_args(n):
             root = meta.root.get(w, w)
             if root not in handed_roots:
                 continue
-            if root in restricted_roots and any(meta.root.get(m, m) is root for m in meta.requires_grad):
+            if root in restricted_roots and root in grad_roots:
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
             if n in meta.no_grad and graph_ops.runs_eagerly(root) and not graph_ops.written_args(root):  # s1701_803
                 return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
@@ -354,17 +355,16 @@ def _runtime(plan: Cut, runners: list[Callable[..., Any]]) -> Callable[..., Any]
     return run
 
 
-def _graph_breaks_of(meta: GraphMeta, plan: Cut, stage: Stage, breaks: GraphBreaks) -> GraphBreaks:
+def _graph_breaks_of(meta: GraphMeta, plan: Cut, stage: Stage) -> GraphBreaks:
     """Where a segment meets a graph break: its outputs that are the program's cross the one after the program,
     its inputs that are the program's come from the one before it."""
     returned = {index for kind, index in plan.outputs if kind == stage.name}
     from_program = {k for k, (kind, _) in enumerate(stage.sources) if kind == "arg"}
-    writes = breaks.break_writes
+    breaks, writes = meta.graph_breaks, meta.graph_breaks.break_writes
     if writes is not None:  # what the break's instruction writes, as the segment's inputs and outputs of its storage
         nodes_of = {s.name: s.nodes for s in plan.stages}
-        at = {
-            meta.root.get(n, n) for n in (meta.placeholders[i] if k == "input" else meta.outputs[i] for k, i in writes)
-        }
+        written = (meta.placeholders[i] if k == "input" else meta.outputs[i] for k, i in writes)
+        at = {meta.root.get(n, n) for n in written}
         ins = [meta.placeholders[i] if kind == "arg" else nodes_of[kind][i] for kind, i in stage.sources]
         writes = frozenset(
             [("input", k) for k, n in enumerate(ins) if meta.root.get(n, n) in at]

@@ -81,7 +81,10 @@ def _positions(gm: Any, written: list[Any]) -> Written | None:
     from torch._dynamo.variables import TensorVariable
 
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    outputs = list(torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0]))
+    # Output positions count node outputs only, as GraphMeta.outputs does (Dynamo's graphs return nodes only).
+    outputs = [
+        o for o in torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0]) if isinstance(o, torch.fx.Node)
+    ]
     found: set[tuple[str, int]] = set()
     for w in written:
         if type(w) is not TensorVariable:
