@@ -21,14 +21,17 @@ InnerBackend = str | Callable[..., Any]
 
 
 def resolve_inner(inner: InnerBackend) -> Callable[..., Any]:
-    """The inner backend's callable, for "inductor", "aot_eager", "eager", another registered name, or a callable."""
+    """The inner backend's callable, for "inductor", "aot_eager", "eager", another registered name, or a callable.
+
+    A registered name other than inductor compiles keeping the random draws nothing reads (Note [Random draws
+    nothing reads]); a callable is the user's own and is called as it is."""
     if callable(inner):
         return inner
     if inner == "inductor":
         return ti.inductor_compile_fx()
     if inner == "eager":
         return lambda gm, example_inputs: gm.forward
-    return ti.lookup_backend(inner)
+    return ti.keeping_random_draws(ti.lookup_backend(inner))
 
 
 def input_alias_groups(example_inputs: Sequence[Any]) -> list[int]:
