@@ -233,13 +233,12 @@ def _refused(
     compiled_before = {n for n in earlier if stage_compiled[stage_of[n]]}
     grad_roots = {meta.root.get(m, m) for m in meta.requires_grad}  # storages with a value requiring grad
     for n in members:
-        for w in graph_ops.written_args(n):
+        for w in [w for w in graph_ops.written_args(n) if meta.root.get(w, w) in handed_roots]:
             root = meta.root.get(w, w)
-            if root not in handed_roots:
-                continue
             if root in restricted_roots and root in grad_roots:
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
-            if n in meta.no_grad and graph_ops.runs_eagerly(root) and not graph_ops.written_args(root):  # s1701_803
+            functions_view = graph_ops.runs_eagerly(root) and not graph_ops.written_args(root)
+            if n in meta.no_grad and functions_view and root in grad_roots:  # s1701_803: its grad_fn raises
                 return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
             if hidden_from_autograd(meta, n, w) and requires_grad(meta, root) and not only_hidden_writes(meta, root):
                 return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
