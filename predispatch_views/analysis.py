@@ -107,7 +107,8 @@ def select_epilogue_from(meta: GraphMeta) -> EpilogueSelection | Fallback:
 
 
 def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSelection | Fallback:
-    if (fallback := rules.call_to_run_eagerly(meta) or rules.storage_change(meta)) is not None:
+    fallback = rules.call_to_run_eagerly(meta) or rules.input_write_its_backward_reads(meta)
+    if (fallback := fallback or rules.storage_change(meta)) is not None:
         return fallback
     epilogue = _epilogue(meta, replay_aliased_input_writes)
 

@@ -77,6 +77,34 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
     return None
 
 
+def input_write_its_backward_reads(meta: GraphMeta) -> Fallback | None:
+    """Note [A write to an input its own backward reads]
+    An in-place op whose backward reads the old value of the tensor it writes (``x.mul_(w)`` with ``w`` requiring
+    grad, ``x.sin_()``, ``x.div_(w)``), recorded by autograd, on a graph input or a view of one: eager's node saves
+    a copy of that old value (autograd's ``original_self``); AOTAutograd's compiled forward saves the input itself
+    and then applies the write to it after the compiled region, so its backward finds the saved input one version
+    on and raises where eager's runs. Stock raises so on ``f(x, w): x.mul_(w); return x * 2`` with ``x`` a
+    non-leaf (torch 2.13 and 2.14), and the prototype met it in every segment handed such a value (fuzzer
+    s1701_2920). The write runs in eager between two compiled segments (Note [Segments]); where the cut is
+    refused the program falls back to stock, and its error. Ops whose backward reads only their result (``exp_``,
+    ``relu_``) or nothing of the target (``add_``, ``mul_`` by a number) save no input and are compiled."""
+    for n in meta.nodes:
+        target = graph_ops.mutated_input(n)
+        if target is None or n not in meta.recorded or not graph_ops.is_data_mutation(n) or graph_ops.is_opaque_call(n):
+            continue
+        root = meta.root.get(target, target)
+        reads = graph_ops.saved_by_backward(n)  # None: unknown, so it may read it
+        if root.op == "placeholder" and (reads is None or target in reads[0]):
+            return Fallback(
+                FallbackKind.INPUT_WRITE_ITS_BACKWARD_READS,
+                f"{n.name} writes graph input {root.name}, recorded by autograd, and its backward reads the value it "
+                "overwrites: AOTAutograd would save the input and write it after the compiled region",
+                cut_after=n,
+                run_eagerly=True,
+            )
+    return None
+
+
 def _observed(meta: GraphMeta) -> set[fx.Node]:
     """The nodes whose values reach the outputs, a write or an ordered effect (a random draw)."""
     effects = (n for n in meta.nodes if graph_ops.written_args(n) or graph_ops.has_ordered_effect(n))

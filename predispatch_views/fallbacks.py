@@ -41,7 +41,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "mutated its base (through a view, or under",
     )
-
     READ_OF_ALIAS_TAKEN_BEFORE_MUTATION = FallbackReason(
         "compiled code that reads an alias taken before a mutation replayed in eager, where the program cannot "
         "be cut in two after the mutation (Note [Segments])",
@@ -50,7 +49,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "an alias taken before",
     )
-
     REPLAYED_COPY_BEFORE_CORE_WRITE = FallbackReason(
         "a write replayed in eager that writes, or copies values from, a base the compiled code writes afterwards, "
         "where the program cannot be cut in two after the mutation (Note [Segments])",
@@ -60,7 +58,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "of the compiled region writes afterwards",
     )
-
     CORE_READS_REPLAYED_MUTATION = FallbackReason(
         "compiled code that reads a value produced by a mutation replayed in eager, where the program cannot be"
         " cut in two after the mutation (Note [Segments])",
@@ -69,7 +66,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "produced by a mutation replayed in eager",
     )
-
     RANDOM_MUTATION_AFTER_VIEWS = FallbackReason(
         "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken, "
         "where the program cannot be cut in two after the mutation (Note [Segments])",
@@ -81,7 +77,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "draws random numbers after a view is taken",
     )
-
     WRITE_TO_A_BASE_THE_CORE_MAY_SAVE = FallbackReason(
         "a write to a base after its views are taken, when a differentiable op of the compiled region may save "
         "that base for backward, where the program cannot be cut in two after the mutation (Note [Segments])",
@@ -93,7 +88,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "of the compiled region may save it",
     )
-
     NO_GRAD_VIEW_READ_WITH_GRAD = FallbackReason(
         "a compiled op, run with grad mode on, that reads a view taken under no_grad of a tensor that requires grad",
         "`<node> (<op>) reads <view>, taken under no_grad from a tensor that requires grad: eager's result takes "
@@ -105,7 +99,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "from that tensor, the compiled region's",
     )
-
     NO_GRAD_VIEW_AT_GRAPH_BREAK = FallbackReason(
         "a graph that ends at a graph break and returns a view taken under no_grad of a tensor that requires grad, "
         "unless the graph and the break's instruction cannot write its base",
@@ -118,7 +111,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "the graph ends at a graph break",
     )
-
     MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK = FallbackReason(
         "a graph that ends at a graph break and returns a replayed view from a multi-output view call, unless the "
         "graph and the break's instruction cannot write its base",
@@ -131,7 +123,6 @@ class FallbackKind(enum.Enum):
         "graph_break_rules.py",
         "is a view from a multi-output view call, returned by a graph that stops",
     )
-
     DROPOUT_LAYOUT_AT_GRAPH_BREAK = FallbackReason(
         "a graph ending at a graph break that returns a replayed p=0 or eval dropout of an input laid out unlike it",
         "`output <k> (<node>) crosses a graph break and comes from <dropout>, which returns its input in eager "
@@ -202,6 +193,15 @@ class FallbackKind(enum.Enum):
         "the call runs in eager; the cut is refused where the write bumps a tensor the segment before may save.",
         "capture.py",
         "marks an input dirty",
+    )
+    INPUT_WRITE_ITS_BACKWARD_READS = FallbackReason(
+        "an in-place write to a graph input whose backward reads the value it overwrites (`x.mul_(w)`, `x.sin_()`),"
+        " where the program cannot be cut around the write to run it in eager (Note [Segments])",
+        "`<node> writes graph input <input>, recorded by autograd, and its backward reads the value it overwrites`",
+        "AOTAutograd saves the input and writes it after the compiled region: its backward raises where eager's, "
+        "which saved a copy, runs (stock raises the same; Note [A write to an input its own backward reads]).",
+        "fallback_rules.py",
+        "and its backward reads the value it overwrites",
     )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
         "a custom `autograd.Function` whose forward returns an input or a view of one, where the program cannot be "

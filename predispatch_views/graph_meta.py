@@ -8,6 +8,7 @@ grad-mode regions by its own walk over the graph.
 from __future__ import annotations
 
 import collections
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -265,3 +266,19 @@ def _under_no_grad(nodes: list[fx.Node], grad_enabled: bool) -> frozenset[fx.Nod
         elif not grad:
             out.add(n)
     return frozenset(out)
+
+
+def eager_requires_grad(meta: GraphMeta, n: fx.Node) -> bool:
+    """Whether eager's value of ``n`` requires grad. An in-place call returns its target, which keeps requiring
+    grad when the call runs under no_grad (the record counts the call's result as made under no_grad); a call run
+    eagerly is asked on its inputs (a custom Function's output requires grad where one of them does)."""
+    while True:
+        if n in meta.requires_grad:
+            return True
+        if graph_ops.runs_eagerly(n) or (n.target is operator.getitem and graph_ops.runs_eagerly(n.args[0])):
+            source = n if graph_ops.runs_eagerly(n) else n.args[0]
+            return meta.grad_enabled and any(eager_requires_grad(meta, i) for i in source.all_input_nodes)
+        target = graph_ops.mutated_input(n)
+        if target is None:
+            return False
+        n = target

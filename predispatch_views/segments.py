@@ -62,6 +62,7 @@ from .fallback_rules import may_save
 from .graph_meta import (
     GraphBreaks,
     GraphMeta,
+    eager_requires_grad,
     hidden_from_autograd,
     is_any_view,
     only_hidden_writes,
@@ -85,6 +86,7 @@ class Stage:
     sources: tuple[Source, ...]
     compiled: bool
     nodes: tuple[fx.Node, ...]  # the original nodes whose values it returns, in order
+    grad_args: frozenset[int] = frozenset()  # inputs an earlier stage's write recorded by autograd made require grad
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def compile_in_segments(
         if not stage.compiled:
             runners.append(stage.graph.forward)
             continue
-        examples = [_example(meta, plan, source, example_inputs) for source in stage.sources]
+        examples = [_example(meta, plan, source, example_inputs, stage) for source in stage.sources]
         program = compile_half(stage.graph, examples, _graph_breaks_of(meta, plan, stage))
         if program.fallback is not None:
             log.debug("not cut at %s: a segment falls back: %s", at.name, program.fallback.reason)
@@ -170,6 +172,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
     stages: list[Stage] = []
     returned_by: dict[fx.Node, Source] = {}
     position = {p: i for i, p in enumerate(meta.placeholders)}
+    grad_args: set[int] = set()
     for name, members, compiled in groups:
         inside = set(members)
         graph, env, sources = fx.Graph(), {}, []
@@ -195,7 +198,11 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
                 return f"{n.name}, which a later segment reads, is not a tensor"
         graph.output(tuple(env[n] for n in kept))
         ti.mark_must_recompute(env[n] for n in members if n in recompute)
-        stages.append(Stage(name, fx.GraphModule(meta.gm, graph), tuple(sources), compiled, tuple(kept)))
+        stages.append(
+            Stage(name, fx.GraphModule(meta.gm, graph), tuple(sources), compiled, tuple(kept), frozenset(grad_args))
+        )
+        written = (meta.root.get(graph_ops.mutated_input(n)) for n in members if n in meta.requires_grad)
+        grad_args |= {position[r] for r in written if r in position}
     outputs: list[Source] = []
     for r in returned:
         if not isinstance(r, fx.Node):
@@ -240,10 +247,12 @@ def _refused(
             functions_view = graph_ops.runs_eagerly(root) and not graph_ops.written_args(root)
             if n in meta.no_grad and functions_view and root in grad_roots:  # s1701_803: its grad_fn raises
                 return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
-            if hidden_from_autograd(meta, n, w) and requires_grad(meta, root) and not only_hidden_writes(meta, root):
+            if (
+                hidden_from_autograd(meta, n, w)
+                and eager_requires_grad(meta, root)
+                and not only_hidden_writes(meta, root)
+            ):
                 return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
-            if requires_grad(meta, root) and graph_ops.saved_by_backward(n) != (set(), False):  # s1701_2920
-                return f"{n.name} writes {w.name}, handed over requiring grad, and its backward reads a value"
             if (saver := _compiled_saver(meta, root, compiled_before, recompute)) is not None:
                 return f"{n.name} writes {w.name}, whose {saver} of an earlier compiled segment may save"
     return None
@@ -286,37 +295,25 @@ def _compiled_saver(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], reco
     return None
 
 
-def _example(meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequence[Any]) -> Any:
-    """A compiled segment's example input: the program's own, or the traced value of an earlier segment's result,
-    requiring grad where eager's does (the capture's values never do); ``detach`` keeps the storage, so aliasing
-    is seen as it is."""
+def _example(meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequence[Any], stage: Any = None) -> Any:
+    """A compiled segment's example input: the program's own (a non-leaf requiring grad where an earlier segment's
+    write recorded by autograd made it require grad: ``x.t().mul_(w)`` run in eager), or the traced value of an
+    earlier segment's result, requiring grad where eager's does (the capture's values never do); ``detach`` keeps
+    the storage, so aliasing is seen as it is."""
     kind, index = source
     if kind == "arg":
-        return example_inputs[index]
+        value = example_inputs[index]
+        if stage is not None and index in stage.grad_args and not value.requires_grad:
+            return value.detach().requires_grad_(True).view_as(value)
+        return value
     node = next(s for s in plan.stages if s.name == kind).nodes[index]
     value = node.meta["val"].detach()
-    if requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
+    if eager_requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
         # A non-leaf, as eager's value is: AOTAutograd hides a write to a leaf input from autograd (detach().copy_),
         # a wrong gradient on eager's non-leaf (test_aotdispatch's test_input_data_and_metadata_mutation).
         value.requires_grad_(True)
         return value if only_hidden_writes(meta, meta.root.get(node, node)) else value.view_as(value)
     return value
-
-
-def requires_grad(meta: GraphMeta, n: fx.Node) -> bool:
-    """Whether eager's value of ``n`` requires grad. An in-place call returns its target, which keeps requiring
-    grad when the call runs under no_grad (the record counts the call's result as made under no_grad); a call run
-    eagerly is asked on its inputs (a custom Function's output requires grad where one of them does)."""
-    while True:
-        if n in meta.requires_grad:
-            return True
-        if graph_ops.runs_eagerly(n) or (n.target is operator.getitem and graph_ops.runs_eagerly(n.args[0])):
-            source = n if graph_ops.runs_eagerly(n) else n.args[0]
-            return meta.grad_enabled and any(requires_grad(meta, i) for i in source.all_input_nodes)
-        target = graph_ops.mutated_input(n)
-        if target is None:
-            return False
-        n = target
 
 
 def _checked(meta: GraphMeta, plan: Cut, stage: Stage, run: Callable[..., Any]) -> Callable[..., Any]:
