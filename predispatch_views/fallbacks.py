@@ -201,7 +201,7 @@ class FallbackKind(enum.Enum):
         "AOTAutograd saves the input and writes it after the compiled region: its backward raises where eager's, "
         "which saved a copy, runs (stock raises the same; Note [A write to an input its own backward reads]).",
         "fallback_rules.py",
-        "and its backward reads the value it overwrites",
+        "recorded by autograd, and its backward reads",
     )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
         "a custom `autograd.Function` whose forward returns an input or a view of one, where the program cannot be "

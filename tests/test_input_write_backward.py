@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import predispatch_views as pv
-
 from tests.parity_utils import outcome
 
 WRITES: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {
