@@ -345,6 +345,38 @@ def may_return_views_of(gm: fx.GraphModule) -> bool:
     return False
 
 
+def writes_an_input_its_backward_reads(gm: fx.GraphModule) -> bool:
+    """An in-place call of Dynamo's graph, recorded by autograd, that writes an input (or a view of one) and whose
+    backward reads the value it overwrites (Note [A write to an input its own backward reads]): stock's backward
+    raises there, so the graph takes the prototype's path, which runs the write in eager, even with no view output."""
+    if not torch.is_grad_enabled():
+        return False
+    inputs = {
+        ti.StorageWeakRef(v.untyped_storage())
+        for p in gm.graph.find_nodes(op="placeholder")
+        if isinstance(v := p.meta.get("example_value"), torch.Tensor)
+    }
+    for n in gm.graph.nodes:
+        name, value = _target_name(n), n.meta.get("example_value")
+        if n.op not in ("call_method", "call_function") or not name.endswith("_") or name.endswith("__"):
+            continue
+        target = n.args[0].meta.get("example_value") if n.args and isinstance(n.args[0], fx.Node) else None
+        if not (isinstance(value, torch.Tensor) and value.requires_grad and isinstance(target, torch.Tensor)):
+            continue
+        if ti.StorageWeakRef(target.untyped_storage()) in inputs:
+            # The out-of-place call's backward reads what the write's reads: its first argument is the target.
+            op = getattr(torch.Tensor if n.op == "call_method" else torch, name[:-1], None)
+            args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), lambda a: _example_value(a))
+            reads = ti.backward_reads(op, args, kwargs) if callable(op) else None
+            if reads is None or 0 in reads.inputs:
+                return True
+    return False
+
+
+def _example_value(a: Any) -> Any:
+    return a.meta.get("example_value") if isinstance(a, fx.Node) else a
+
+
 def _is_metadata_mutation_call(n: fx.Node) -> bool:
     """``t_``, ``transpose_``, ``unsqueeze_``... in Dynamo's graph (torch tags their ATen ops ``inplace_view``)."""
     name = _target_name(n)

@@ -294,14 +294,14 @@ def _compile_dynamo_graph(
         capture_limitation,
         inlined_autograd_function,
         may_return_views_of,
+        writes_an_input_its_backward_reads,
     )
     from .capture_cache import capture_graph_module_once
 
     try:
-        # Compiled autograd's backward graph returns gradients for the autograd engine to accumulate, from one
-        # boxed list input: no output is a view the user sees, so there is nothing to replay.
+        # Compiled autograd's backward graph returns gradients from one boxed list input: no view to replay.
         compiled_autograd = ti.compiling_a_compiled_autograd_graph()
-        may_return_views = not compiled_autograd and may_return_views_of(gm)
+        may_return_views = not compiled_autograd and (may_return_views_of(gm) or writes_an_input_its_backward_reads(gm))
         limitation = capture_limitation(gm) if may_return_views else None
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise

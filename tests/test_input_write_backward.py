@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import predispatch_views as pv
+from predispatch_views.outcomes import GRAPHS
 from tests.parity_utils import outcome
 
 WRITES: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {
@@ -85,3 +86,24 @@ def test_a_write_whose_backward_reads_no_overwritten_value_is_compiled_whole(nam
     assert_same_run(run(compiled, True), expected)
     inputs = torch.randn(3, 3, requires_grad=True).mul(1), torch.randn(3, requires_grad=True)
     assert not pv.explain(program, *inputs).program.segments  # one core: nothing runs in eager
+
+
+def plain_program_of(write: Callable[[torch.Tensor, torch.Tensor], Any]) -> Callable[..., Any]:
+    def program(x: torch.Tensor, w: torch.Tensor) -> Any:
+        write(x, w)
+        return (x * 2,)
+
+    return program
+
+
+@pytest.mark.parametrize("name", list(WRITES) + list(COMPILED_WHOLE))
+def test_a_graph_without_view_outputs_takes_the_replay_path_only_for_such_a_write(name: str) -> None:
+    """The backend hands a graph with no view output to the inner backend, as stock; one with such a write takes
+    the prototype's path, where the write runs in eager (capture.writes_an_input_its_backward_reads)."""
+    program = plain_program_of({**WRITES, **COMPILED_WHOLE}[name])
+    expected = run(program, True)
+    torch._dynamo.reset()
+    GRAPHS.clear()
+    actual = run(torch.compile(program, backend=pv.backend("aot_eager", strict=True)), True)
+    assert_same_run({**actual, "grad_fn": expected["grad_fn"]}, expected)  # a compiled output is no eager node
+    assert [outcome for _, outcome, _ in GRAPHS] == ["replayed" if name in WRITES else "no view outputs"]
