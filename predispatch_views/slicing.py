@@ -15,14 +15,6 @@ own ``detach`` of it is eager's result (found by the fuzzer, s21_752). Readers i
 read the value itself there (s1312_567: ``t0 = a.sum(0)`` read by a dropout in the core and returned through
 ``t0.detach().mul_(3.0)``; a core compiled whole, as with symbolic sizes, gave ``a.grad`` zeros).
 
-Note [Random draws nothing reads]
-Eager draws random numbers for a random call whose result nothing reads (``torch.rand(3)``, a dropout of a
-value never used): the generator moves on, and every later draw, the caller's next one included, sees the moved
-state. AOTAutograd drops such a call as dead code, so stock's later draws differ from eager's (Dynamo with
-``backend="eager"`` keeps them). The core returns each one, detached (no tangent, no gradient anywhere), as an
-extra output after those the epilogue reads; the runtime ignores it. (Inductor draws from its own generator
-either way.)
-
 Note [Independent parts of the core]
 Compiled as one function, the core is one autograd node: a backward through some of its outputs runs the whole
 compiled backward, which gives every input that requires grad a gradient (zeros where eager's graph never
@@ -119,8 +111,7 @@ def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | 
         _detached_if_only_detached(core_graph, env[n], [u for u in n.users if u is output or is_epilogue[u]])
         for n in core_outputs
     ]
-    unread = _unread_draws([n for n in nodes if n in env], core_outputs)  # Note [Random draws nothing reads]
-    core_graph.output(tuple(returned + [_detached(core_graph, env[n]) for n in unread]))
+    core_graph.output(tuple(returned))
 
     epilogue_graph = fx.Graph()
     sources: list[InputSource] = []
@@ -240,19 +231,6 @@ def _kind(n: fx.Node) -> str:
     if not graph_ops.is_aten_call(n):
         return "unknown"
     return "ordered" if graph_ops.has_ordered_effect(n) else "op"
-
-
-def _unread_draws(core: list[fx.Node], outputs: list[fx.Node]) -> list[fx.Node]:
-    """Random calls of the core whose results reach no core output and no write: Note [Random draws nothing
-    reads]."""
-    live = graph_ops.reaching([*outputs, *(n for n in core if graph_ops.written_args(n))])
-    return [
-        n
-        for n in core
-        if n not in live
-        and graph_ops.draws_random(n)
-        and isinstance(n.meta.get("val", n.meta.get("example_value")), torch.Tensor)
-    ]
 
 
 def _detached_if_only_detached(graph: fx.Graph, value: fx.Node, readers: list[fx.Node]) -> fx.Node:
