@@ -366,15 +366,11 @@ def writes_an_input_its_backward_reads(gm: fx.GraphModule) -> bool:
         if ti.StorageWeakRef(target.untyped_storage()) in inputs:
             # The out-of-place call's backward reads what the write's reads: its first argument is the target.
             op = getattr(torch.Tensor if n.op == "call_method" else torch, name[:-1], None)
-            args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), lambda a: _example_value(a))
+            args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), graph_ops.example_value)
             reads = ti.backward_reads(op, args, kwargs) if callable(op) else None
             if reads is None or 0 in reads.inputs:
                 return True
     return False
-
-
-def _example_value(a: Any) -> Any:
-    return a.meta.get("example_value") if isinstance(a, fx.Node) else a
 
 
 def _is_metadata_mutation_call(n: fx.Node) -> bool:

@@ -173,11 +173,11 @@ def _backward_reads(node: fx.Node) -> Any:
         op = node.target
     if op is None or not callable(op):
         return None
-    args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _example_value)
+    args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), example_value)
     return ti.backward_reads(op, args, kwargs)
 
 
-def _example_value(a: Any) -> Any:
+def example_value(a: Any) -> Any:
     return a.meta.get("val", a.meta.get("example_value")) if isinstance(a, fx.Node) else a
 
 
@@ -199,6 +199,17 @@ def reaching(roots: Iterable[fx.Node]) -> set[fx.Node]:
             live.add(n)
             stack.extend(n.all_input_nodes)
     return live
+
+
+def descendants(node: fx.Node) -> set[fx.Node]:
+    """Every node that reads ``node``, transitively (``node`` not included)."""
+    found: set[fx.Node] = set()
+    stack = list(node.users)
+    while stack:
+        if (n := stack.pop()) not in found:
+            found.add(n)
+            stack.extend(n.users)
+    return found
 
 
 def draws_random(node: fx.Node) -> bool:

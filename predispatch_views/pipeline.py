@@ -48,7 +48,7 @@ from .inner_backend import (
 )
 from .labels import graph_label
 from .outcomes import FALLBACKS, GRAPHS, outcome
-from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
+from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written, watching_saved_results
 from .segments import compile_in_segments
 from .slicing import SlicedProgram, slice_graph
 
@@ -309,9 +309,9 @@ def _compile_dynamo_graph(
         return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     if not may_return_views:
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
-        note = "compiled autograd" if compiled_autograd else "no view outputs"
-        program = CompiledProgram(run=_unset, notes=[note])
-        program.run = inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict)
+        program = CompiledProgram(run=_unset, notes=["compiled autograd" if compiled_autograd else "no view outputs"])
+        run = inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict)
+        program.run = run if compiled_autograd else watching_saved_results(gm, run)  # Note [Eager's version error]
         return program
     if limitation is not None:
         return _stock_for(gm, example_inputs, inner, limitation, strict)

@@ -709,14 +709,12 @@ def test_s1502_2277_an_input_saved_for_a_recompute_then_written_through_an_alias
     _assert_no_violation(1502, 2277, "prototype[aot_eager]", "stock[aot_eager]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: fuzz_s1602_334, compile_function's version error names no node")
 def test_s1602_334_a_compiled_output_written_then_backward_names_its_node() -> None:
-    """Open, present on the session's start engine bf3f40d too. ``t1 = b.as_strided(...).sigmoid()`` returned; the
-    caller's ``t1.mul_(2)`` then a backward: eager raises "... [torch.FloatTensor [4, 4, 1]], which is output 0 of
-    Sigmoid, is at version 1", compile_function the same error without "which is output 0 of Sigmoid" (the saved
-    output is the compiled function's, with no node of eager's to name); stock's Dynamo ran this frame as eager
-    does. functorch's aot_function gives compile_function's message on the shrunk program, but on the whole one it
-    fails earlier, so the fuzzer does not count it as stock's one-graph failure."""
+    """Open from bf3f40d, fixed by Note [Eager's version error] (runtime.py). ``t1 = b.as_strided(...).sigmoid()``
+    returned; the caller's ``t1.mul_(2)`` then a backward: eager raises "... [torch.FloatTensor [4, 4, 1]], which is
+    output 0 of Sigmoid, is at version 1", compile_function raised the same error without "which is output 0 of
+    Sigmoid" (the saved output was the compiled function's, with no node of eager's to name). The runtime now
+    raises eager's error from a pre-hook on the compiled node."""
     _assert_no_violation(1602, 334, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 

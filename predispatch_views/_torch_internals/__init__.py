@@ -396,5 +396,5 @@ from .dynamo_break import graph_break_writes  # noqa: E402, F401
 from .dynamo_inputs import restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
 from .random_draws import keeping_random_draws  # noqa: E402, F401
-from .saved_for_backward import backward_reads, backward_reads_result, mark_must_recompute  # noqa: E402, F401
+from .saved_for_backward import backward_reads, backward_reads_result, eager_node_name, mark_must_recompute  # noqa: E402, F401
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402

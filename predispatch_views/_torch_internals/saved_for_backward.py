@@ -16,6 +16,7 @@ read", the conservative answer. The answers are cached per op and input signatur
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -142,6 +143,39 @@ def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardRe
         else:
             read |= sources  # a node of the backward reads it
     return BackwardReads(frozenset(k for k in read if k != _RESULT), _RESULT in read)
+
+
+def eager_node_name(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The name eager's autograd error messages give the node ``op(*args, **kwargs)`` records ("Tanh" for
+    ``TanhBackward0``); None where the call records none or fails on meta tensors. Cached per op and signature."""
+    try:
+        key = (op, _signature(args), _signature(tuple(sorted(kwargs.items()))))
+        hash(key)
+    except TypeError:
+        return None
+    if key not in _NAMES:
+        _NAMES[key] = _node_name(op, args, kwargs)
+    return _NAMES[key]
+
+
+_NAMES: dict[Any, str | None] = {}
+
+
+def _node_name(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    def example(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return _hint(t)
+        e = torch.empty([_hint(s) for s in t.shape], dtype=t.dtype, device="meta")
+        return e.requires_grad_(e.is_floating_point() or e.is_complex())
+
+    try:
+        with torch.inference_mode(False), torch.enable_grad(), unset_fake_temporarily():
+            call_args, call_kwargs = pytree.tree_map(example, (args, kwargs))
+            out = op(*call_args, **call_kwargs)
+    except Exception:
+        return None
+    node = out.grad_fn if isinstance(out, torch.Tensor) else None
+    return None if node is None else re.sub(r"Backward\d*$", "", node.name())
 
 
 _RESULT = "result"
