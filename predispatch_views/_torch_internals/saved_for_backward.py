@@ -114,7 +114,8 @@ def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardRe
         # inference_mode, whatever mode the caller is in: under it autograd records nothing, and the answer
         # "reads nothing" would be cached for every later caller (fuzzer s1801_3: compile_function called under
         # inference_mode answered it for ``exp``, and a later compile with grad on kept a write it must refuse).
-        with torch.inference_mode(False), torch.enable_grad(), unset_fake_temporarily():
+        # Out of anomaly mode too: under it the trace fails, and "anything may be read" would be cached.
+        with torch.inference_mode(False), torch.enable_grad(), _no_anomaly(), unset_fake_temporarily():
             gm = make_fx(joint, tracing_mode="real")(*[example(leaves[k]) for k in positions])
     except Exception:
         return None
@@ -145,6 +146,10 @@ def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardRe
     return BackwardReads(frozenset(k for k in read if k != _RESULT), _RESULT in read)
 
 
+def _no_anomaly() -> Any:
+    return torch.autograd.set_detect_anomaly(False)
+
+
 def eager_node_name(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """The name eager's autograd error messages give the node ``op(*args, **kwargs)`` records ("Tanh" for
     ``TanhBackward0``); None where the call records none or fails on meta tensors. Cached per op and signature."""
@@ -169,7 +174,7 @@ def _node_name(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | 
         return e.requires_grad_(e.is_floating_point() or e.is_complex())
 
     try:
-        with torch.inference_mode(False), torch.enable_grad(), unset_fake_temporarily():
+        with torch.inference_mode(False), torch.enable_grad(), _no_anomaly(), unset_fake_temporarily():
             call_args, call_kwargs = pytree.tree_map(example, (args, kwargs))
             out = op(*call_args, **call_kwargs)
     except Exception:
