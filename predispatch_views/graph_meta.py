@@ -143,7 +143,7 @@ def through_a_copy(n: fx.Node) -> bool:
     """Whether the view chain ending at ``n`` holds an op that returns its input in eager (Note [Ops that return
     their input]) but a fresh tensor once compiled."""
     while is_any_view(n) and isinstance(n.args[0], fx.Node):
-        if graph_ops.returns_its_input(n):
+        if graph_ops.is_input_returned_by_a_fresh_op(n):  # not a declared view: those share storage by contract
             return True
         n = n.args[0]
     return False

@@ -892,13 +892,19 @@ def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) ->
     assert violated_rule(prototype, stock) is None, prototype.describe()
 
 
-@pytest.mark.parametrize(("index", "label"), [(306, "prototype_fn[aot_eager]"), (117, "prototype_fn[aot_eager]")])
+@pytest.mark.parametrize(
+    ("index", "label"),
+    [(306, "prototype_fn[aot_eager]"), (117, "prototype_fn[aot_eager]"), (81, "prototype_fn[aot_eager]")],
+)
 def test_s1804_a_functions_view_written_under_no_grad_where_nothing_requires_grad(index: int, label: str) -> None:
     """Seed 1804 on 632c1e9, fallbacks that gave up nothing. 306: ``t1 = ReturnsInput.apply(a.detach())`` runs in
     eager between two segments and the later segment writes ``t1``'s split under no_grad; 117 writes a Function's
     result under no_grad, called under no_grad. The write was refused as s1701_803's (a custom Function's view
     raises on its ``grad_fn`` once written), but a view whose storage holds no value requiring grad has no
-    ``grad_fn`` to read (segments._refused)."""
+    ``grad_fn`` to read (segments._refused). 81: ``ReturnsInput.apply`` reads a ``split`` output, and the cut
+    around it was refused as if the view came through an op that returns its input (s1203_834's eval dropout):
+    ``graph_meta.through_a_copy`` asked ``returns_its_input``, true of every declared view; it now asks for an op
+    whose schema promises a fresh tensor."""
     program = generate(1804, index, ALL)
     by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
     reference = run_program(program, eager())
