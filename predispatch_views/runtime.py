@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -170,14 +171,20 @@ def watch_saved_result(saved: torch.Tensor, readers: tuple[torch.Tensor, ...], n
     node = saved.grad_fn
     if node is not None:
         positions = [r.output_nr for r in readers if r.grad_fn is node]
-        node.register_prehook(functools.partial(_check_saved, saved, saved._version, positions, name))
+        node.register_prehook(functools.partial(_check_saved, weakref.ref(saved), saved._version, positions, name))
 
 
-def _check_saved(saved: torch.Tensor, version: int, positions: list[int], name: str, grads: tuple[Any, ...]) -> None:
-    if saved._version == version or all(grads[p] is None for p in positions):
-        return
+def _check_saved(
+    ref: weakref.ref[torch.Tensor], version: int, positions: list[int], name: str, grads: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The pre-hook; it returns the gradients as they are (compiled autograd's trace of pre-hooks expects the node
+    to read what the hook returns), and holds the output weakly (it would keep the output, its node and what that
+    saved alive in a cycle)."""
+    saved = ref()
+    if saved is None or saved._version == version or all(grads[p] is None for p in positions):
+        return grads
     if ti.compiled_autograd_configured():  # asked only here: reading Dynamo's config costs microseconds
-        return
+        return grads
     hint = (
         "the backtrace further above shows the operation that failed to compute its gradient. The variable in "
         "question was changed in there or anywhere later. Good luck!"
