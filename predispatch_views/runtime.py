@@ -74,7 +74,8 @@ class EpilogueCodegen:
                 core_output.update({k: f"core{j}[{i}]" for i, k in enumerate(part.outputs)})
         elif call_core:
             lines.append("core = _core(*args)")
-        for k, name, readers in _saved_results(sliced.core) if call_core else ():  # Note [Eager's version error]
+        watched = _saved_results(sliced.core) if call_core and not ti.compiled_autograd_configured() else []
+        for k, name, readers in watched:  # Note [Eager's version error]
             watch = self.bind(functools.partial(watch_saved_result, name=name), "_watch")
             lines.append(f"{watch}({core_output[k]}, ({''.join(core_output[j] + ', ' for j in readers)}))")
         names: dict[fx.Node, str] = {}
@@ -121,9 +122,11 @@ class EpilogueCodegen:
 # the partitioner recomputed the value from the inputs and the compiled backward runs where eager's raises. The
 # runtime watches each such output: a pre-hook on its compiled node raises eager's error, naming eager's node
 # (_torch_internals.eager_node_name), when a gradient reaches the node at an output computed from it (where
-# eager's backward reaches the node that saved it) and its version has moved since the core returned it. Not under
-# compiled autograd, whose traced hooks cannot raise so. The price: one pre-hook per call and watched output (about
-# 10-15 us of CPU, mostly ``register_prehook``); a program whose outputs no such op made pays nothing.
+# eager's backward reaches the node that saved it) and its version has moved since the core returned it. Not where
+# compiled autograd is configured when the graph compiles: its reordering of traced pre-hooks raised StopIteration
+# on this hook (tests/test_interactions.py); a hook met under compiled autograd returns without raising. The
+# price: one pre-hook per call and watched output (about 10-15 us of CPU, mostly ``register_prehook``); a program
+# whose outputs no such op made pays nothing.
 
 
 def _saved_results(core: fx.GraphModule) -> list[tuple[int, str, list[int]]]:
@@ -154,7 +157,7 @@ def watching_saved_results(gm: fx.GraphModule, run: Callable[..., Any]) -> Calla
     """``run`` (Dynamo's graph compiled whole), watching the outputs eager's nodes save (Note [Eager's version
     error]); ``run`` itself where there are none."""
     watched = _saved_results(gm)
-    if not watched:
+    if not watched or ti.compiled_autograd_configured():
         return run
 
     def watching(*args: Any) -> Any:
@@ -176,15 +179,14 @@ def watch_saved_result(saved: torch.Tensor, readers: tuple[torch.Tensor, ...], n
 
 def _check_saved(
     ref: weakref.ref[torch.Tensor], version: int, positions: list[int], name: str, grads: tuple[Any, ...]
-) -> tuple[Any, ...]:
-    """The pre-hook; it returns the gradients as they are (compiled autograd's trace of pre-hooks expects the node
-    to read what the hook returns), and holds the output weakly (it would keep the output, its node and what that
-    saved alive in a cycle)."""
+) -> None:
+    """The pre-hook. It holds the output weakly: a strong reference keeps the output, its node and what that
+    saved alive in a cycle."""
     saved = ref()
     if saved is None or saved._version == version or all(grads[p] is None for p in positions):
-        return grads
+        return
     if ti.compiled_autograd_configured():  # asked only here: reading Dynamo's config costs microseconds
-        return grads
+        return
     hint = (
         "the backtrace further above shows the operation that failed to compute its gradient. The variable in "
         "question was changed in there or anywhere later. Good luck!"
