@@ -358,7 +358,7 @@ def writes_an_input_its_backward_reads(gm: fx.GraphModule) -> bool:
     }
     for n in gm.graph.nodes:
         name, value = _target_name(n), n.meta.get("example_value")
-        if n.op not in ("call_method", "call_function") or not name.endswith("_") or name.endswith("__"):
+        if not _is_inplace_call(n):
             continue
         target = n.args[0].meta.get("example_value") if n.args and isinstance(n.args[0], fx.Node) else None
         if not (isinstance(value, torch.Tensor) and value.requires_grad and isinstance(target, torch.Tensor)):
@@ -376,11 +376,17 @@ def writes_an_input_its_backward_reads(gm: fx.GraphModule) -> bool:
 def _is_metadata_mutation_call(n: fx.Node) -> bool:
     """``t_``, ``transpose_``, ``unsqueeze_``... in Dynamo's graph (torch tags their ATen ops ``inplace_view``)."""
     name = _target_name(n)
-    if n.op not in ("call_method", "call_function") or not name.endswith("_") or name.endswith("__"):
+    if not _is_inplace_call(n):
         return False
     if name in ("resize_", "resize_as_"):  # a storage change: stock's answer either way (STORAGE_CHANGE)
         return False
     return ti.is_inplace_view_op_name(name)
+
+
+def _is_inplace_call(n: fx.Node) -> bool:
+    """A torch-level in-place call of Dynamo's graph (``x.mul_(w)``, ``torch.relu_(x)``), by its name."""
+    name = _target_name(n)
+    return n.op in ("call_method", "call_function") and name.endswith("_") and not name.endswith("__")
 
 
 def _target_name(n: fx.Node) -> str:

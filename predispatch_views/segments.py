@@ -295,7 +295,9 @@ def _compiled_saver(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], reco
     return None
 
 
-def _example(meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequence[Any], stage: Any = None) -> Any:
+def _example(
+    meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequence[Any], stage: Stage | None = None
+) -> Any:
     """A compiled segment's example input: the program's own (a non-leaf requiring grad where an earlier segment's
     write recorded by autograd made it require grad: ``x.t().mul_(w)`` run in eager), or the traced value of an
     earlier segment's result, requiring grad where eager's does (the capture's values never do); ``detach`` keeps

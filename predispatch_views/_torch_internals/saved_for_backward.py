@@ -66,17 +66,22 @@ def backward_reads_result(op: torch._ops.OpOverload, args: tuple[Any, ...], kwar
 def backward_reads(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardReads | None:
     """What ``op(*args, **kwargs)``'s backward reads (Note [Which ops save their result]); None where tracing it
     failed: anything may be read."""
+    return _cached(_ANSWERS, _reads, op, args, kwargs)
+
+
+_ANSWERS: dict[Any, BackwardReads | None] = {}
+
+
+def _cached(cache: dict[Any, Any], compute: Any, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``compute(op, args, kwargs)``, kept per op and input signature; None where the signature is unhashable."""
     try:
         key = (op, _signature(args), _signature(tuple(sorted(kwargs.items()))))
         hash(key)
     except TypeError:
         return None
-    if key not in _ANSWERS:
-        _ANSWERS[key] = _reads(op, args, kwargs)
-    return _ANSWERS[key]
-
-
-_ANSWERS: dict[Any, BackwardReads | None] = {}
+    if key not in cache:
+        cache[key] = compute(op, args, kwargs)
+    return cache[key]
 
 
 def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardReads | None:
@@ -153,14 +158,7 @@ def _no_anomaly() -> Any:
 def eager_node_name(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """The name eager's autograd error messages give the node ``op(*args, **kwargs)`` records ("Tanh" for
     ``TanhBackward0``); None where the call records none or fails on meta tensors. Cached per op and signature."""
-    try:
-        key = (op, _signature(args), _signature(tuple(sorted(kwargs.items()))))
-        hash(key)
-    except TypeError:
-        return None
-    if key not in _NAMES:
-        _NAMES[key] = _node_name(op, args, kwargs)
-    return _NAMES[key]
+    return _cached(_NAMES, _node_name, op, args, kwargs)
 
 
 _NAMES: dict[Any, str | None] = {}
