@@ -17,6 +17,10 @@ Outputs keep eager's identities: an output that is an input (``return x``, ``x.a
 tensor returned twice is one object. Inputs the function does not use are not inputs of the compiled program
 (their ``.grad`` stays None, as in eager).
 
+Called inside an enclosing trace (another ``compile_function``'s capture, make_fx, AOTAutograd, Dynamo), the
+compiled function runs its function's code: the enclosing trace records the whole program, as Dynamo inlines a
+nested ``torch.compile`` (compiling inside the trace would read the generator's state and fake tensors).
+
 Note [compile_function falls back to eager]
 A function the prototype cannot compile faithfully runs eagerly: eager's behaviour exactly, with the reason
 logged and kept in FALLBACKS. That covers a function the trace cannot record faithfully (Note [What the trace
@@ -42,6 +46,7 @@ import torch
 from torch import fx, nn
 
 from . import _torch_internals as ti
+from ._torch_internals.tracing import under_a_trace
 from .capture import UnsupportedCapture, written_inputs
 from .fallbacks import Fallback, FallbackKind
 from .function_capture import FunctionCapture, capture_closure
@@ -110,6 +115,10 @@ def compile_function(
 
     def compiled(*args: Any, **kwargs: Any) -> Any:
         flat, in_spec = ti.tree_flatten((args, kwargs), is_leaf=_is_leaf)
+        if under_a_trace(flat):
+            # Called inside an enclosing trace (compile_function of a function calling this one, make_fx,
+            # Dynamo): the enclosing trace records the function itself and compiles the whole program.
+            return fn(*args, **kwargs)
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]
         key = (
             in_spec,

@@ -72,7 +72,7 @@ DYNAMO_RESTARTS: tuple[type[BaseException], ...] = (torch._dynamo.exc.RestartAna
 _BOTH = ("2.13.0", "2.14.1")
 CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch.fx.experimental.proxy_tensor.make_fx(pre_dispatch=True, record_module_stack=True)": _BOTH,
-    "torch._subclasses.functional_tensor.FunctionalTensorMode(pre_dispatch=True)": _BOTH,
+    "torch._subclasses.functional_tensor.FunctionalTensorMode(pre_dispatch=True), FunctionalTensor (tracing.py)": _BOTH,
     "torch._functorch._aot_autograd.functional_utils: to_fun, from_fun, has_data_mutation": _BOTH,
     "torch._dispatch.python.enable_python_dispatcher": _BOTH,
     "torch._guards.detect_fake_mode": _BOTH,
@@ -99,7 +99,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base (its signature, bound by name)": _BOTH,
     "torch._C._set_grad_enabled": _BOTH,
     "torch.fx.experimental.proxy_tensor: get_proxy_mode, track_tensor_tree, disable_proxy_modes_tracing; "
-    "torch._C.DisableTorchFunction (record_opaque_call, torch_function_disabled)": _BOTH,
+    "torch._C.DisableTorchFunction (record_opaque_call, torch_function_disabled, tracing.under_a_trace)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
     "node.meta['recompute'] = CheckpointPolicy.MUST_RECOMPUTE / MUST_SAVE honoured by the min-cut partitioner "
