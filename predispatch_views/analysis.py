@@ -53,6 +53,7 @@ from . import fallback_rules as rules
 from . import graph_break_rules, graph_ops, output_rules
 from .fallbacks import Fallback
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta, is_any_view
+from .saved_value_rules import write_to_a_value_a_backward_saved
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ def select_epilogue_from(meta: GraphMeta) -> EpilogueSelection | Fallback:
 
 def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSelection | Fallback:
     fallback = rules.call_to_run_eagerly(meta) or rules.input_write_its_backward_reads(meta)
+    fallback = fallback or write_to_a_value_a_backward_saved(meta)
     if (fallback := fallback or rules.storage_change(meta)) is not None:
         return fallback
     epilogue = _epilogue(meta, replay_aliased_input_writes)

@@ -31,8 +31,8 @@ class FallbackKind(enum.Enum):
 
     READ_AFTER_UNRECOMPUTABLE_MUTATION = FallbackReason(
         "compiled code that reads a base after a mutation that must be replayed in eager and that the core cannot "
-        "recompute out of place (a write through a view, or under no_grad), where the program cannot be cut in "
-        "two after the mutation (Note [Segments])",
+        "recompute out of place (a write through a view, or under no_grad), where the program cannot be cut in two "
+        "after the mutation (Note [Segments])",
         "`<node> reads <alias> after <mutation> mutated its base (through a view, or under no_grad), and that "
         "mutation must be replayed in eager`",
         "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
@@ -42,8 +42,8 @@ class FallbackKind(enum.Enum):
         "mutated its base (through a view, or under",
     )
     READ_OF_ALIAS_TAKEN_BEFORE_MUTATION = FallbackReason(
-        "compiled code that reads an alias taken before a mutation replayed in eager, where the program cannot "
-        "be cut in two after the mutation (Note [Segments])",
+        "compiled code that reads an alias taken before a mutation replayed in eager, where the program cannot be cut "
+        "in two after the mutation (Note [Segments])",
         "`<node> reads <alias>, an alias taken before <mutation> mutated its base`",
         "the core's copy of that alias would miss the mutation the epilogue replays later.",
         "fallback_rules.py",
@@ -53,61 +53,60 @@ class FallbackKind(enum.Enum):
         "a write replayed in eager that writes, or copies values from, a base the compiled code writes afterwards, "
         "where the program cannot be cut in two after the mutation (Note [Segments])",
         "`<node> reads <value>` (or `writes`) `, whose base <mutation> of the compiled region writes afterwards`",
-        "the epilogue runs after the whole core: it would copy what the core's later write left (s43_876: `t0.copy_(a);"
-        " a.mul_(2)` returned twice `a`), or write over it (s1003_586: a silent wrong value).",
+        "the epilogue runs after the whole core: it would copy what the core's later write left (s43_876: "
+        "`t0.copy_(a); a.mul_(2)` returned twice `a`), or write over it (s1003_586: a silent wrong value).",
         "fallback_rules.py",
         "of the compiled region writes afterwards",
     )
     CORE_READS_REPLAYED_MUTATION = FallbackReason(
-        "compiled code that reads a value produced by a mutation replayed in eager, where the program cannot be"
-        " cut in two after the mutation (Note [Segments])",
+        "compiled code that reads a value produced by a mutation replayed in eager, where the program cannot be cut "
+        "in two after the mutation (Note [Segments])",
         "`the compiled region reads <node>, produced by a mutation replayed in eager`",
         "the same ordering problem for a value derived from such a mutation.",
         "fallback_rules.py",
         "produced by a mutation replayed in eager",
     )
     RANDOM_MUTATION_AFTER_VIEWS = FallbackReason(
-        "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken, "
-        "where the program cannot be cut in two after the mutation (Note [Segments])",
-        "`<node> (<op>) draws random numbers after a view is taken; replayed after the compiled region it would "
-        "draw again, in another order`",
-        "replayed, it draws after every random op of the core instead of between them, and a core reader "
-        "recomputing it out of place would draw twice. A random write after every compiled op is replayed as it"
-        " is; one that compiled code follows or reads is cut after (Note [Segments]).",
+        "a random in-place op (`uniform_`, `bernoulli_`, in-place dropout) replayed after the views are taken, where "
+        "the program cannot be cut in two after the mutation (Note [Segments])",
+        "`<node> (<op>) draws random numbers after a view is taken; replayed after the compiled region it would draw "
+        "again, in another order`",
+        "replayed, it draws after every random op of the core instead of between them, and a core reader recomputing "
+        "it out of place would draw twice. A random write after every compiled op is replayed as it is; one that "
+        "compiled code follows or reads is cut after (Note [Segments]).",
         "fallback_rules.py",
         "draws random numbers after a view is taken",
     )
     WRITE_TO_A_BASE_THE_CORE_MAY_SAVE = FallbackReason(
-        "a write to a base after its views are taken, when a differentiable op of the compiled region may save "
-        "that base for backward, where the program cannot be cut in two after the mutation (Note [Segments])",
-        "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) "
-        "of the compiled region may save it, or a value computed from it, for backward`",
+        "a write to a base after its views are taken, when a differentiable op of the compiled region may save that "
+        "base for backward, where the program cannot be cut in two after the mutation (Note [Segments])",
+        "`<mutation> writes to <graph input or intermediate> <base> after the views are taken, and <node> (<op>) of "
+        "the compiled region may save it, or a value computed from it, for backward`",
         "the core is one opaque autograd node whose saved tensors the partitioner chooses; the replayed write would "
-        "bump the version of a tensor the compiled backward checks, an error eager does not raise (or one that "
-        "cannot name eager's node). Where the saving op comes after the write, the program is cut there instead.",
+        "bump the version of a tensor the compiled backward checks, an error eager does not raise (or one that cannot "
+        "name eager's node). Where the saving op comes after the write, the program is cut there instead.",
         "fallback_rules.py",
         "of the compiled region may save it",
     )
     NO_GRAD_VIEW_READ_WITH_GRAD = FallbackReason(
         "a compiled op, run with grad mode on, that reads a view taken under no_grad of a tensor that requires grad",
         "`<node> (<op>) reads <view>, taken under no_grad from a tensor that requires grad: eager's result takes "
-        "requires_grad (from an op that returns its input, gradients too) from that tensor, the compiled "
-        "region's would not`",
-        "eager's view inherits requires_grad from its base (and an op that returns its input under no_grad is "
-        "the input itself); the compiled region computes the no_grad region below autograd. Note [A view taken "
-        "under no_grad keeps its base's requires_grad] in analysis.py.",
+        "requires_grad (from an op that returns its input, gradients too) from that tensor, the compiled region's "
+        "would not`",
+        "eager's view inherits requires_grad from its base (and an op that returns its input under no_grad is the "
+        "input itself); the compiled region computes the no_grad region below autograd. Note [A view taken under "
+        "no_grad keeps its base's requires_grad] in analysis.py.",
         "fallback_rules.py",
         "from that tensor, the compiled region's",
     )
     NO_GRAD_VIEW_AT_GRAPH_BREAK = FallbackReason(
         "a graph that ends at a graph break and returns a view taken under no_grad of a tensor that requires grad, "
         "unless the graph and the break's instruction cannot write its base",
-        "`output <k> (<view>) is a view taken under no_grad from a tensor that requires grad, and the graph ends "
-        "at a graph break: Dynamo would crash wrapping it for the next graph if its base is written in place in "
-        "between`",
-        "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf "
-        "when it wraps the view as an input of the next graph (fake_tensor.from_real_tensor), a crash where eager "
-        "runs; stock returns a view autograd allows. Same Note; Note [What runs between two graphs].",
+        "`output <k> (<view>) is a view taken under no_grad from a tensor that requires grad, and the graph ends at a "
+        "graph break: Dynamo would crash wrapping it for the next graph if its base is written in place in between`",
+        "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf when "
+        "it wraps the view as an input of the next graph (fake_tensor.from_real_tensor), a crash where eager runs; "
+        "stock returns a view autograd allows. Same Note; Note [What runs between two graphs].",
         "fallback_rules.py",
         "the graph ends at a graph break",
     )
@@ -125,8 +124,8 @@ class FallbackKind(enum.Enum):
     )
     DROPOUT_LAYOUT_AT_GRAPH_BREAK = FallbackReason(
         "a graph ending at a graph break that returns a replayed p=0 or eval dropout of an input laid out unlike it",
-        "`output <k> (<node>) crosses a graph break and comes from <dropout>, which returns its input in eager "
-        "where Dynamo's fake allocates: the code Dynamo traced after the break assumed the fake's layout`",
+        "`output <k> (<node>) crosses a graph break and comes from <dropout>, which returns its input in eager where "
+        "Dynamo's fake allocates: the code Dynamo traced after the break assumed the fake's layout`",
         "eager's layout (an expanded or offset input) would reach code Dynamo traced on the fake's and raise where "
         "stock runs (s905_79, the ceiling too); Note [Dynamo's example values at a graph break].",
         "graph_break_rules.py",
@@ -136,11 +135,11 @@ class FallbackKind(enum.Enum):
     NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK = FallbackReason(
         "a call of a graph Dynamo resumed after a graph break that returns a view taken under no_grad of an input "
         "sharing storage with a view stock returned for a graph that fell back",
-        "`output <k> (<view>) is a view taken under no_grad of input <input>, which requires grad, in a graph "
-        "Dynamo resumed after a graph break: where the graph before fell back, that input is stock's view, which "
-        "the caller may write in place, and eager's view of it would then refuse its grad_fn`",
-        "a faithful no_grad view of stock's view raises on grad_fn after a write stock's answers (s31_447); "
-        "other calls replay (Note [Stock's views across a graph break]).",
+        "`output <k> (<view>) is a view taken under no_grad of input <input>, which requires grad, in a graph Dynamo "
+        "resumed after a graph break: where the graph before fell back, that input is stock's view, which the caller "
+        "may write in place, and eager's view of it would then refuse its grad_fn`",
+        "a faithful no_grad view of stock's view raises on grad_fn after a write stock's answers (s31_447); other "
+        "calls replay (Note [Stock's views across a graph break]).",
         "fallback_rules.py",
         "in a graph Dynamo resumed after a graph break",
     )
@@ -149,27 +148,27 @@ class FallbackKind(enum.Enum):
         "a base the epilogue views, or a value returned as is, that the compiled region writes through a full view",
         "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views it` (or `and "
         "returns it, which eager returns as no view`) `: AOTAutograd would return it as an alias of its own base`",
-        "AOTAutograd regenerates it as a view of the functional result: a view where eager returns none (s53_155), "
-        "or a base made inside its autograd.Function, whose replayed views refuse eager's in-place writes.",
+        "AOTAutograd regenerates it as a view of the functional result: a view where eager returns none (s53_155), or "
+        "a base made inside its autograd.Function, whose replayed views refuse eager's in-place writes.",
         "output_rules.py",
         "AOTAutograd would return it as an alias of its own base",
     )
 
     UNREPRODUCED_OUTPUT_ALIAS = FallbackReason(
         "an output that aliases an input or another output in the trace but that no replayable view call produces",
-        "`output <k> (<node>, <op>) aliases <input or output> in the trace, but no view call the epilogue can "
-        "replay produces it`",
-        "computed by the core, it would come back as AOTAutograd regenerates it, not as eager made it (the plan "
-        "check of Note [The invariant] in pipeline.py).",
+        "`output <k> (<node>, <op>) aliases <input or output> in the trace, but no view call the epilogue can replay "
+        "produces it`",
+        "computed by the core, it would come back as AOTAutograd regenerates it, not as eager made it (the plan check "
+        "of Note [The invariant] in pipeline.py).",
         "output_rules.py",
         "the epilogue can replay produces it",
     )
 
     VIEW_FN_WRITE_UNDER_COMPILED_AUTOGRAD = FallbackReason(
-        "a write replayed in eager through a `view_as_real`, `view_as_complex` or `conj` view, with compiled "
-        "autograd on",
-        "`<mutation> writes through <view> (<op>), whose eager autograd node replays views through a view_fn, "
-        "which compiled autograd (on) rejects`",
+        "a write replayed in eager through a `view_as_real`, `view_as_complex` or `conj` view, with compiled autograd "
+        "on",
+        "`<mutation> writes through <view> (<op>), whose eager autograd node replays views through a view_fn, which "
+        "compiled autograd (on) rejects`",
         "eager's `CopySlices` replays such a view chain through a view_fn, which 2.13's compiled autograd rejects "
         '(test_autograd_inplace_views_cross_dtype, dynamo-wrapped); Dynamo with `backend="eager"` fails the same.',
         "fallback_rules.py",
@@ -195,30 +194,39 @@ class FallbackKind(enum.Enum):
         "marks an input dirty",
     )
     INPUT_WRITE_ITS_BACKWARD_READS = FallbackReason(
-        "an in-place write to a graph input whose backward reads the value it overwrites (`x.mul_(w)`, `x.sin_()`),"
-        " where the program cannot be cut around the write to run it in eager (Note [Segments])",
+        "an in-place write to a graph input whose backward reads the value it overwrites (`x.mul_(w)`, `x.sin_()`), "
+        "where the program cannot be cut around the write to run it in eager (Note [Segments])",
         "`<node> writes graph input <input>, recorded by autograd, and its backward reads the value it overwrites`",
         "AOTAutograd saves the input and writes it after the compiled region: its backward raises where eager's, "
         "which saved a copy, runs (stock raises the same; Note [A write to an input its own backward reads]).",
         "fallback_rules.py",
         "recorded by autograd, and its backward reads",
     )
+    WRITE_TO_A_VALUE_A_BACKWARD_SAVED = FallbackReason(
+        "a write to a value an earlier node saved for backward, where the inner backend's backward trace raised the "
+        "version error and the program cannot be cut around the write (Note [Segments])",
+        "`<node> (<op>) writes a value <node> saved for backward, and the inner backend's backward trace raised ...`",
+        "eager raises the error only in a backward that reaches the saving node; compiled whole, AOTAutograd raises "
+        "it while compiling (Note [A write to a value a backward saved]).",
+        "saved_value_rules.py",
+        "saved for backward, and the inner backend's backward trace",
+    )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
         "a custom `autograd.Function` whose forward returns an input or a view of one, where the program cannot be "
         "cut around the call to run it in eager between two compiled segments (Note [Segments]); a checkpointed "
         "region that returns an input, under Dynamo",
-        "`a custom autograd.Function returns an input (eager returns a view of it, with its own backward; "
-        "AOTAutograd would regenerate it from the input around that backward)`",
-        "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates "
-        "an output that aliases an input from the input itself, outside the compiled Function.",
+        "`a custom autograd.Function returns an input (eager returns a view of it, with its own backward; AOTAutograd "
+        "would regenerate it from the input around that backward)`",
+        "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates an "
+        "output that aliases an input from the input itself, outside the compiled Function.",
         "capture.py",
         "returns an input (eager returns a view of it",
     )
     INLINED_AUTOGRAD_FUNCTION = FallbackReason(
         "a custom `autograd.Function` whose forward Dynamo inlined (no input required grad), in a graph where the "
         "input it returns could show: an output aliasing an input, a written input, a metadata mutation",
-        "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns "
-        "would be the input itself, where eager's is a view of it`",
+        "`Dynamo inlined the forward of autograd.Function <name> (no input requires grad): an input it returns would "
+        "be the input itself, where eager's is a view of it`",
         "without grad Dynamo inlines the forward, returning an input as itself; eager's apply returns a view. The "
         "backend rewrites such calls (Note [An inlined Function returns its input as eager does]); this is the rest "
         "(another container, a non-input output requiring grad, a view crossing a break that may write its base).",
@@ -234,16 +242,14 @@ class FallbackKind(enum.Enum):
         "pipeline.py",
         "pre-dispatch capture failed",
     )
-
     CORE_COMPILE_FAILED = FallbackReason(
         "a core the inner backend fails to compile",
         "`compiling the core raised ...`",
-        "the core is not the user's program: it returns bases the program only viewed (perhaps under `no_grad`), "
-        "so AOTAutograd can trace a backward the program never asks for; stock decides.",
+        "the core is not the user's program: it returns bases the program only viewed (perhaps under `no_grad`), so "
+        "AOTAutograd can trace a backward the program never asks for; stock decides.",
         "pipeline.py",
         "compiling the core raised",
     )
-
     REQUIRES_GRAD_IN_FUNCTION = FallbackReason(
         "compile_function only: `requires_grad_` on a traced tensor inside the function",
         "`requires_grad_(<flag>) inside the function is not recorded by the trace`",
@@ -251,7 +257,6 @@ class FallbackKind(enum.Enum):
         "function_capture.py",
         "requires_grad_(",
     )
-
     BACKWARD_IN_FUNCTION = FallbackReason(
         "compile_function only: a backward pass (`backward`, `autograd.grad`) inside the function",
         "`a backward pass inside the function (<call>) is not recorded by the trace`",
@@ -259,27 +264,24 @@ class FallbackKind(enum.Enum):
         "function_capture.py",
         "a backward pass inside the function",
     )
-
     NON_STRIDED_INPUT = FallbackReason(
         "compile_function only: a sparse (not strided) tensor input",
         "`an input of layout <layout>: the capture traces strided tensors`",
-        "the capture fakifies strided tensors and keys its cache on storages and strides, which sparse layouts "
-        "lack (OpInfo's sparse.sampled_addmm); Dynamo breaks the graph on such inputs instead.",
+        "the capture fakifies strided tensors and keys its cache on storages and strides, which sparse layouts lack "
+        "(OpInfo's sparse.sampled_addmm); Dynamo breaks the graph on such inputs instead.",
         "compile_function.py",
         "the capture traces strided tensors",
     )
-
     SETS_RNG = FallbackReason(
-        "compile_function only: setting the random number generator (`torch.manual_seed`, `set_rng_state`) inside "
-        "the function",
+        "compile_function only: setting the random number generator (`torch.manual_seed`, `set_rng_state`) inside the "
+        "function",
         "`the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not "
         "record it`",
-        "the trace records no call that seeds, so the compiled function would draw from the caller's state "
-        "(OpInfo's `wrapper_set_seed`); Dynamo breaks the graph there instead.",
+        "the trace records no call that seeds, so the compiled function would draw from the caller's state (OpInfo's "
+        "`wrapper_set_seed`); Dynamo breaks the graph there instead.",
         "function_capture.py",
         "sets the random number generator",
     )
-
     HOOKS_IN_FUNCTION = FallbackReason(
         "compile_function only: a hook (`register_hook`, `retain_grad`) on a traced tensor",
         "`<call> inside the function: hooks on traced tensors are lost`",
@@ -287,7 +289,6 @@ class FallbackKind(enum.Enum):
         "function_capture.py",
         "hooks on traced tensors are lost",
     )
-
     INFERENCE_MODE_IN_FUNCTION = FallbackReason(
         "compile_function only: an `inference_mode` region inside the function",
         "`an inference_mode region inside the function is not recorded by the trace`",
@@ -295,7 +296,6 @@ class FallbackKind(enum.Enum):
         "function_capture.py",
         "an inference_mode region inside the function",
     )
-
     INPUT_METADATA_MUTATION_IN_FUNCTION = FallbackReason(
         "compile_function only: a metadata mutation (`t_`...) of a view of an input, before an op that may save that "
         "input, where the cut around it is refused (it runs in eager between compiled segments otherwise)",
@@ -305,10 +305,9 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "a metadata mutation of an input",
     )
-
     INPUT_METADATA_MUTATION = FallbackReason(
-        "compile_function only: a metadata mutation of an input itself (not of a view of it), where the cut around "
-        "it is refused (it runs in eager between two compiled segments otherwise, as at Dynamo's graph break)",
+        "compile_function only: a metadata mutation of an input itself (not of a view of it), where the cut around it "
+        "is refused (it runs in eager between two compiled segments otherwise, as at Dynamo's graph break)",
         "`an input's own metadata mutation (<op> of <input>): Dynamo breaks the graph there, and AOTAutograd would "
         "apply it after the compiled region in one step (or not at all), not with eager's version bumps`",
         "the version counter it shares with its aliases then differs from eager's: a grad_fn not regenerated "
@@ -316,7 +315,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "an input's own metadata mutation",
     )
-
     REBINDS_MODULE_STATE = FallbackReason(
         "compile_function only: a function that rebinds a parameter or buffer of its module",
         "`the function rebinds <parameter or buffer> (a traced value would be kept)`",
@@ -334,8 +332,8 @@ class FallbackKind(enum.Enum):
     )
 
     RESTRICTED_VIEW_WRITTEN = FallbackReason(
-        "a graph given a view autograd forbids rebasing (a multi-output or no_grad view) that writes an alias of "
-        "it: that call runs the graph uncompiled",
+        "a graph given a view autograd forbids rebasing (a multi-output or no_grad view) that writes an alias of it: "
+        "that call runs the graph uncompiled",
         "`input <k> is a view autograd forbids rebasing, and the graph writes an alias of it: the graph runs "
         "uncompiled for such calls`",
         "AOTAutograd's autograd.Function reads every input's grad_fn around the write, raising eager's lazy "
@@ -365,13 +363,13 @@ class FallbackKind(enum.Enum):
 
     INNER_BACKEND_REJECTED = FallbackReason(
         "a graph the inner backend fails to compile where eager runs it (inputs sharing storage, views an earlier "
-        "graph returned; a version-counter error eager raises only in backward; a view's lazy error eager raises "
-        "only where it is read): it runs uncompiled",
+        "graph returned; a version-counter error eager raises only in backward; a view's lazy error eager raises only "
+        "where it is read): it runs uncompiled",
         "`the inner backend raised <error> on inputs that share storage (...)`, `... while tracing the backward "
         "(...)` or `... reading the grad_fn of a view ... (...)`: `the graph runs uncompiled`",
         'uncompiled is Dynamo with `backend="eager"`, eager\'s own behaviour (Note [Graphs the inner backend '
-        "rejects]): AOTAutograd's synthetic-base path raises on aliased inputs only the prototype hands over "
-        "(2.13, dynamic shapes; s62_92); its joint trace raises eager's backward and lazy view errors early.",
+        "rejects]): AOTAutograd's synthetic-base path raises on aliased inputs only the prototype hands over (2.13, "
+        "dynamic shapes; s62_92); its joint trace raises eager's backward and lazy view errors early.",
         "inner_backend.py",
         "the graph runs uncompiled (Note [Graphs the inner",
     )
@@ -379,8 +377,8 @@ class FallbackKind(enum.Enum):
     INTERNAL_ERROR = FallbackReason(
         "an internal error of the pipeline",
         "`internal error in the view-replay pipeline: ...`",
-        "any exception in selection, functionalization or slicing: an engine limitation must never break a "
-        "program stock compiles.",
+        "any exception in selection, functionalization or slicing: an engine limitation must never break a program "
+        "stock compiles.",
         "pipeline.py",
         "internal error in the view-replay pipeline",
     )
@@ -395,6 +393,7 @@ class Fallback:
     # Note [Segments]: the node to cut the program after (None: no cut helps), or around (it runs in eager itself).
     cut_after: Any = field(default=None, compare=False, repr=False)
     run_eagerly: bool = field(default=False, compare=False, repr=False)
+    eagerly_through: Any = field(default=None, compare=False, repr=False)  # run_eagerly: from cut_after to this node
 
 
 FALLBACK_REASONS: tuple[FallbackReason, ...] = tuple(kind.value for kind in FallbackKind)

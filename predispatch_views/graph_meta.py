@@ -78,6 +78,7 @@ class GraphMeta:
     grad_enabled: bool  # the grad mode the graph is called in
     graph_breaks: GraphBreaks
     compiled_autograd: bool  # compiled autograd is configured on: the backward runs through it
+    cut_around_saved_writes: bool = False  # Note [A write to a value a backward saved] in saved_value_rules.py
 
     @property
     def output(self) -> fx.Node:
@@ -101,6 +102,7 @@ def graph_meta(
     input_alias_groups: Sequence[int] | None = None,
     input_requires_grad: Sequence[bool] | None = None,
     graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
+    cut_around_saved_writes: bool = False,
 ) -> GraphMeta:
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
@@ -126,6 +128,7 @@ def graph_meta(
         grad_enabled=grad_enabled,
         graph_breaks=graph_breaks,
         compiled_autograd=ti.compiled_autograd_configured(),
+        cut_around_saved_writes=cut_around_saved_writes,
     )
 
 
@@ -282,3 +285,36 @@ def eager_requires_grad(meta: GraphMeta, n: fx.Node) -> bool:
         if target is None:
             return False
         n = target
+
+
+def grad_mode_before(meta: GraphMeta, at: fx.Node) -> bool:
+    grad = meta.grad_enabled
+    for n in meta.nodes[: meta.order[at]]:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+    return grad
+
+
+def start_of_grad_mode_region(meta: GraphMeta, at: fx.Node) -> fx.Node:
+    """``at``, or the grad-mode change that began the region holding it."""
+    start, grad = at, meta.grad_enabled
+    for n in meta.nodes[: meta.order[at]]:
+        if graph_ops.is_grad_mode_change(n):
+            start = n if grad == meta.grad_enabled else start
+            grad = bool(n.args[0])
+    return at if grad == meta.grad_enabled else start
+
+
+def end_of_grad_mode_region(meta: GraphMeta, at: fx.Node) -> fx.Node | None:
+    """``at``, or where the grad-mode region holding it ends (``with torch.no_grad(): y.mul_(2)`` is cut after
+    the ``with``): each half must end in the grad mode it began in."""
+    grad = meta.grad_enabled
+    for n in meta.nodes[: meta.order[at] + 1]:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+    if grad == meta.grad_enabled:
+        return at
+    for n in meta.nodes[meta.order[at] + 1 :]:
+        if graph_ops.is_grad_mode_change(n) and bool(n.args[0]) == meta.grad_enabled:
+            return n
+    return None

@@ -52,8 +52,11 @@ def inner_or_uncompiled(
     example_inputs: Sequence[Any],
     inner_fn: Callable[..., Any],
     strict: bool,
+    segmented: Callable[[], Any] | None = None,
 ) -> Callable[..., Any]:
-    """Dynamo's graph compiled by the inner backend, or run uncompiled where that raises and eager would not.
+    """Dynamo's graph compiled by the inner backend, or run uncompiled where that raises and eager would not;
+    ``segmented`` (a pipeline.CompiledProgram or None) first where the backward trace raised autograd's version
+    error (Note [A write to a value a backward saved] in saved_value_rules.py).
 
     Note [Graphs the inner backend rejects]
     Stock's own compile errors are the user's, except where eager runs the graph:
@@ -86,7 +89,10 @@ def inner_or_uncompiled(
             raise
         if len(set(groups)) != len(groups):
             why = "on inputs that share storage (the views an earlier graph returned)"
-        elif _BACKWARD_ERROR in str(e):
+        elif is_backward_version_error(e):
+            if segmented is not None and (program := segmented()) is not None:
+                result.segments, result.notes = program.segments, [*result.notes, *program.notes]
+                return program.run
             why = "while tracing the backward, an error eager raises only if a backward reaches it"
         elif _LAZY_VIEW_ERROR in str(e):
             why = "reading the grad_fn of a view whose base was written, an error eager raises only where it is read"
@@ -122,6 +128,10 @@ def _inputs_as_they_are(compiled: Callable[..., Any], graph: fx.GraphModule) -> 
         return outs
 
     return run
+
+
+def is_backward_version_error(e: BaseException) -> bool:
+    return _BACKWARD_ERROR in str(e)
 
 
 _BACKWARD_ERROR = "one of the variables needed for gradient computation has been modified by an inplace operation"

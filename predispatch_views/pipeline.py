@@ -23,9 +23,9 @@ where stock is not. What enforces it, in pipeline order:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,9 +33,9 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import dynamo_slice, graph_ops, stock_views
-from .analysis import EpilogueSelection, select_epilogue_from
+from .analysis import select_epilogue_from
 from .fallbacks import Fallback, FallbackKind
-from .functionalize import FunctionalizedProgram, functionalize_preserving_views
+from .functionalize import functionalize_preserving_views
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, dynamo_graph_breaks, graph_meta
 from .inner_backend import (
     InnerBackend,
@@ -44,49 +44,18 @@ from .inner_backend import (
     first_line,
     inner_or_uncompiled,
     input_alias_groups,
+    is_backward_version_error,
     resolve_inner,
 )
 from .labels import graph_label
 from .outcomes import FALLBACKS, GRAPHS, outcome
+from .program import MAX_CUT_DEPTH, CompiledProgram, StrictModeError, unset_run
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written, watching_saved_results
+from .saved_value_rules import writes_to_saved_values
 from .segments import compile_in_segments
-from .slicing import SlicedProgram, slice_graph
+from .slicing import slice_graph
 
 log = logging.getLogger("predispatch_views")
-
-# How many times a program may be cut in two, recursively (Note [Segments] in segments.py): at most 2**3 segments.
-MAX_CUT_DEPTH = 3
-
-
-class StrictModeError(RuntimeError):
-    """Raised instead of falling back when the backend was built with strict=True."""
-
-
-@dataclass
-class CompiledProgram:
-    """What one compilation produced; every stage's result is kept for explain()."""
-
-    run: Callable[..., Any]
-    pre_dispatch: fx.GraphModule | None = None
-    selection: EpilogueSelection | None = None
-    functionalized: FunctionalizedProgram | None = None
-    sliced: SlicedProgram | None = None
-    epilogue_source: str | None = None
-    fallback: Fallback | None = None  # why the program is not replayed
-    notes: list[str] = field(default_factory=list)
-    # A program cut in two (Note [Segments] in segments.py): its halves, in order; the fields above stay empty.
-    segments: list[CompiledProgram] = field(default_factory=list)
-    # CPU seconds (this process and its children: gcc) per compile stage, in order; explain() shows them.
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def fallback_reason(self) -> str | None:
-        return self.fallback.reason if self.fallback is not None else None
-
-    @property
-    def functional(self) -> fx.GraphModule | None:
-        """The view-preserving functional graph (built on first access: explain() asks, compiling does not)."""
-        return self.functionalized.functional if self.functionalized is not None else None
 
 
 def compile_captured(
@@ -100,17 +69,18 @@ def compile_captured(
     stock_fallback: bool = True,
     graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
     cuts_left: int | None = None,
+    cut_around_saved_writes: bool | None = False,
 ) -> CompiledProgram:
     """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture).
     ``cuts_left``: how many times more a half may be cut in two (default MAX_CUT_DEPTH; Note [Segments] in
-    segments.py).
+    segments.py). ``cut_around_saved_writes``: Note [A write to a value a backward saved] (None: a segment's).
 
     ``stock_fallback=False``: a program that cannot be replayed comes back with its ``fallback_reason`` and no
     ``run``, neither compiled by stock nor logged (compile_function runs such a function eagerly and logs that).
     """
     inner_fn = resolve_inner(inner)
     cuts_left = MAX_CUT_DEPTH if cuts_left is None else cuts_left
-    result = CompiledProgram(run=_unset, pre_dispatch=pre_dispatch)
+    result = CompiledProgram(run=unset_run, pre_dispatch=pre_dispatch)
     fallback: Fallback | None = None
     grad_enabled = torch.is_grad_enabled()
     requires_grad = [isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs]
@@ -124,6 +94,7 @@ def compile_captured(
             input_alias_groups=alias_groups,
             input_requires_grad=requires_grad,
             graph_breaks=graph_breaks,
+            cut_around_saved_writes=bool(cut_around_saved_writes),
         )
         selection = select_epilogue_from(meta)
         lap("select")
@@ -157,10 +128,12 @@ def compile_captured(
                 stock_fallback=False,
                 graph_breaks=breaks,
                 cuts_left=cuts_left - 1,
+                cut_around_saved_writes=None,
             )
 
         try:  # Note [Segments] in segments.py: each half with its own core and epilogue, or the fallback stands
-            segmented = compile_in_segments(meta, at, example_inputs, compile_half, run_eagerly=fallback.run_eagerly)
+            eager, through = fallback.run_eagerly, fallback.eagerly_through
+            segmented = compile_in_segments(meta, at, example_inputs, compile_half, run_eagerly=eager, through=through)
         except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
             raise
         except Exception as e:
@@ -173,6 +146,17 @@ def compile_captured(
             where = "around" if fallback.run_eagerly else "after"
             result.notes.append(f"cut {where} {at.name} ({graph_ops.op_name(at)}), where {fallback.reason}")
             return result
+
+    def again(**kwargs: Any) -> CompiledProgram | None:  # Note [A write to a value a backward saved]
+        if cut_around_saved_writes is None or cuts_left <= 0 or meta is None or not writes_to_saved_values(meta):
+            return None
+        return compile_captured(
+            pre_dispatch, example_inputs, inner, fallback_graph=fallback_graph, compile_core=compile_core,
+            graph_breaks=graph_breaks, cuts_left=cuts_left, cut_around_saved_writes=True, **kwargs,
+        )  # fmt: skip
+
+    if fallback is not None and (retried := again(stock_fallback=False)) is not None and retried.fallback is None:
+        return retried
     stock_graph = fallback_graph or pre_dispatch
     checked = fallback is not None and fallback.kind is FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK
     if checked and stock_fallback and compile_core:  # Note [Stock's views across a graph break] in stock_views.py
@@ -193,7 +177,8 @@ def compile_captured(
         result.run = build_runtime(result.sliced, None)
         result.epilogue_source = result.run.source
         return result
-    return _compile_core(result, example_inputs, inner_fn, stock_graph, strict, stock_fallback)
+    retry = functools.partial(again, strict=strict, stock_fallback=stock_fallback)
+    return _compile_core(result, example_inputs, inner_fn, stock_graph, strict, stock_fallback, retry)
 
 
 def _compile_core(
@@ -203,8 +188,10 @@ def _compile_core(
     fallback_graph: fx.GraphModule,
     strict: bool,
     stock_fallback: bool = True,
+    retry: Callable[[], CompiledProgram | None] | None = None,
 ) -> CompiledProgram:
-    """The inner backend on ``result.sliced``'s core, then the runtime around it."""
+    """The inner backend on ``result.sliced``'s core, then the runtime around it; ``retry`` where its backward
+    trace raises the version error (Note [A write to a value a backward saved])."""
     assert result.sliced is not None
     lap = Laps(result.stage_seconds)
     cores = None
@@ -216,6 +203,8 @@ def _compile_core(
             raise
         except Exception as e:
             ti.SET_GRAD_ENABLED(grad_enabled)
+            if retry is not None and is_backward_version_error(e) and (retried := retry()) is not None:
+                return retried
             # The core is not the user's program: it returns bases the program only viewed (perhaps under
             # no_grad), so AOTAutograd can trace a backward the program never asks for. Stock decides.
             fallback = Fallback(
@@ -309,9 +298,12 @@ def _compile_dynamo_graph(
         return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
     if not may_return_views:
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
-        program = CompiledProgram(run=_unset, notes=["compiled autograd" if compiled_autograd else "no view outputs"])
-        run = inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict)
-        program.run = run if compiled_autograd else watching_saved_results(gm, run)  # Note [Eager's version error]
+        note = "compiled autograd" if compiled_autograd else "no view outputs"
+        program = CompiledProgram(run=unset_run, notes=[note])
+        segmented = None if compiled_autograd else lambda: _cut_at_a_saved_write(gm, example_inputs, inner)
+        run = inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict, segmented)
+        watch = not (compiled_autograd or program.segments)  # Note [Eager's version error]
+        program.run = watching_saved_results(gm, run) if watch else run
         return program
     if limitation is not None:
         return _stock_for(gm, example_inputs, inner, limitation, strict)
@@ -330,7 +322,7 @@ def _compile_dynamo_graph(
         except Exception as e:
             return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
         if not isinstance(sliced, str):
-            program = CompiledProgram(run=_unset, sliced=sliced, notes=["sliced Dynamo's graph"])
+            program = CompiledProgram(run=unset_run, sliced=sliced, notes=["sliced Dynamo's graph"])
             program.stage_seconds["slice Dynamo's graph"] = cpu_seconds() - start
             return _compile_core(program, example_inputs, resolve_inner(inner), gm, strict)
         log.debug("capturing %s: %s", graph_label(gm), sliced)
@@ -361,11 +353,23 @@ def _compile_dynamo_graph(
     return program
 
 
+def _cut_at_a_saved_write(gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend) -> Any:
+    """Note [A write to a value a backward saved]: Dynamo's graph in segments, or None."""
+    from .capture_cache import capture_graph_module_once
+
+    pre_dispatch = capture_graph_module_once(gm, example_inputs)
+    program = compile_captured(
+        pre_dispatch, example_inputs, inner, fallback_graph=gm, stock_fallback=False,
+        graph_breaks=dynamo_graph_breaks(gm), cut_around_saved_writes=True,
+    )  # fmt: skip
+    return program if program.fallback is None and program.segments else None
+
+
 def _stock_for(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, fallback: Fallback, strict: bool
 ) -> CompiledProgram:
     """Dynamo's graph compiled by stock, with the reason logged (raised under strict)."""
-    return _fall_back(CompiledProgram(run=_unset), fallback, gm, example_inputs, resolve_inner(inner), strict)
+    return _fall_back(CompiledProgram(run=unset_run), fallback, gm, example_inputs, resolve_inner(inner), strict)
 
 
 def _fall_back(
@@ -394,7 +398,3 @@ def _no_fall_back(result: CompiledProgram, fallback: Fallback, strict: bool) -> 
 
 def _internal_error(e: BaseException) -> Fallback:
     return Fallback(FallbackKind.INTERNAL_ERROR, f"internal error in the view-replay pipeline: {type(e).__name__}: {e}")
-
-
-def _unset(*args: Any) -> Any:
-    raise AssertionError("compiled program was not built")

@@ -63,10 +63,13 @@ from .graph_meta import (
     GraphBreaks,
     GraphMeta,
     eager_requires_grad,
+    end_of_grad_mode_region,
+    grad_mode_before,
     hidden_from_autograd,
     is_any_view,
     only_hidden_writes,
     restricted_view,
+    start_of_grad_mode_region,
     taken_at,
     through_a_copy,
 )
@@ -102,11 +105,14 @@ def compile_in_segments(
     compile_half: Callable[[fx.GraphModule, list[Any], GraphBreaks], Any],
     *,
     run_eagerly: bool = False,
+    through: fx.Node | None = None,
 ) -> tuple[list[Any], Callable[..., Any]] | None:
     """The program cut after ``at`` (around it, ``run_eagerly``: Note [Segments]), each compiled stage compiled by
     ``compile_half`` (the pipeline, one cut fewer), and the runtime that calls them in order; None where it cannot
     be cut there or a stage would fall back."""
-    plan = cut(meta, at, run_eagerly=run_eagerly)
+    plan = cut(meta, at, run_eagerly=run_eagerly, through=through)
+    if through is not None and not isinstance(plan, str) and not any(stage.compiled for stage in plan.stages):
+        plan = "nothing would be compiled"  # a run of calls that is the whole program: the fallback stands
     if isinstance(plan, str):
         log.debug("not cut at %s: %s", at.name, plan)
         return None
@@ -126,9 +132,10 @@ def compile_in_segments(
     return compiled, _runtime(plan, runners)
 
 
-def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str:
-    """The program of ``meta`` cut right after ``at``, or around it where ``at`` must run in eager; a string says
-    why it cannot be cut there."""
+def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False, through: fx.Node | None = None) -> Cut | str:
+    """The program of ``meta`` cut right after ``at``, or around it where ``at`` must run in eager (with every node
+    up to ``through``, and to the end of the grad-mode region holding it); a string says why it cannot be cut
+    there."""
     nodes, order, output = meta.nodes, meta.order, meta.output
     returned = output.args[0]
     recompute: set[fx.Node] = set()  # Note [Bases the compiled backward must not save] in output_rules.py
@@ -137,24 +144,32 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False) -> Cut | str
     # A get_attr (a recorded call's forward and backward graphs) is no value to hand over: each stage reads its own.
     body = [n for n in nodes if n.op not in ("placeholder", "get_attr") and n is not output]
     if run_eagerly:
-        if _grad_mode_before(meta, at) != meta.grad_enabled:
+        if through is not None:  # a run of calls may start inside a grad-mode region: it then starts with it
+            at = start_of_grad_mode_region(meta, at)
+        if grad_mode_before(meta, at) != meta.grad_enabled:
             return "the call runs inside a grad-mode region"
-        middle = {at} | {u for u in at.users if u.op == "call_function" and u.target is operator.getitem}
+        last = at if through is None else end_of_grad_mode_region(meta, through)
+        if last is None:
+            return "the calls to run in eager end inside a grad-mode region that does not end"
+        middle = {n for n in body if order[at] <= order[n] <= order[last]}
+        middle |= {u for n in middle for u in n.users if u.op == "call_function" and u.target is operator.getitem}
         groups = [
             ("first", [n for n in body if order[n] < order[at]], True),
             ("middle", [n for n in body if n in middle], False),
             ("second", [n for n in body if order[n] > order[at] and n not in middle], True),
         ]
-        if (reason := _eager_write_refused(meta, at, groups[0][1], recompute)) is not None:
-            return reason
-        if restricted := [i.name for i in at.all_input_nodes if restricted_view(meta, i) and through_a_copy(i)]:
+        for n in (n for n in body if n in middle):
+            if (reason := _eager_write_refused(meta, n, groups[0][1], recompute)) is not None:
+                return reason
+        read = {i for n in middle for i in n.all_input_nodes if i not in middle}
+        if restricted := [i.name for i in read if restricted_view(meta, i) and through_a_copy(i)]:
             # Eager's call reads a view autograd forbids rebasing, reached through an op that returns its input
             # (an eval dropout): the segment before hands over its own fresh tensor, which the caller can write,
             # and the call's view of it then raises on its grad_fn (fuzzer s1203_834). A restricted view reached
             # through views only is handed over as the segment's epilogue replays it: eager's own.
             return f"the call reads {', '.join(restricted)}, a restricted view"
     else:
-        end = _end_of_grad_mode_region(meta, at)
+        end = end_of_grad_mode_region(meta, at)
         if end is None:
             return "the cut would lie inside a grad-mode region that does not end"
         groups = [
@@ -373,26 +388,3 @@ def _graph_breaks_of(meta: GraphMeta, plan: Cut, stage: Stage) -> GraphBreaks:
 
 def _writes(n: fx.Node) -> bool:
     return bool(graph_ops.written_args(n))
-
-
-def _grad_mode_before(meta: GraphMeta, at: fx.Node) -> bool:
-    grad = meta.grad_enabled
-    for n in meta.nodes[: meta.order[at]]:
-        if graph_ops.is_grad_mode_change(n):
-            grad = bool(n.args[0])
-    return grad
-
-
-def _end_of_grad_mode_region(meta: GraphMeta, at: fx.Node) -> fx.Node | None:
-    """``at``, or where the grad-mode region holding it ends (``with torch.no_grad(): y.mul_(2)`` is cut after
-    the ``with``): each half must end in the grad mode it began in."""
-    grad = meta.grad_enabled
-    for n in meta.nodes[: meta.order[at] + 1]:
-        if graph_ops.is_grad_mode_change(n):
-            grad = bool(n.args[0])
-    if grad == meta.grad_enabled:
-        return at
-    for n in meta.nodes[meta.order[at] + 1 :]:
-        if graph_ops.is_grad_mode_change(n) and bool(n.args[0]) == meta.grad_enabled:
-            return n
-    return None
