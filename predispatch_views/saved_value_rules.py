@@ -20,7 +20,8 @@ backend's trace raised the version error (on the core, or on a graph the backend
 compiles whole is not cut: each cut costs a compiled function. Nor is a segment of a program cut for another reason
 (``cut_around_saved_writes=None``): the writes earlier segments made to its inputs are not in its graph, and a
 compiled one applies them in one ``copy_``, so the run could not bump the version as eager's writes did (fuzzer
-s1805_419: one fewer).
+s1805_419: one fewer). A run that leaves nothing but views to compile is refused (segments.compile_in_segments): the
+program is eager's then, and the fallback stands and says so.
 """
 
 from __future__ import annotations

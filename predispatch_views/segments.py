@@ -111,8 +111,6 @@ def compile_in_segments(
     ``compile_half`` (the pipeline, one cut fewer), and the runtime that calls them in order; None where it cannot
     be cut there or a stage would fall back."""
     plan = cut(meta, at, run_eagerly=run_eagerly, through=through)
-    if through is not None and not isinstance(plan, str) and not any(stage.compiled for stage in plan.stages):
-        plan = "nothing would be compiled"  # a run of calls that is the whole program: the fallback stands
     if isinstance(plan, str):
         log.debug("not cut at %s: %s", at.name, plan)
         return None
@@ -129,7 +127,18 @@ def compile_in_segments(
             return None
         compiled.append(program)
         runners.append(_checked(meta, plan, stage, program.run))
+    if through is not None and not any(map(_computes, compiled)):  # a run of calls that is the whole program
+        log.debug("not cut at %s: nothing but views would be compiled", at.name)
+        return None
     return compiled, _runtime(plan, runners)
+
+
+def _computes(program: Any) -> bool:
+    """Whether a compiled segment (a pipeline.CompiledProgram) compiles an op other than a view."""
+    if program.segments or program.sliced is None:
+        return any(map(_computes, program.segments)) or program.sliced is None
+    ops = (n for n in program.sliced.core.graph.nodes if n.op in ("call_function", "call_method"))
+    return any(n.target is not operator.getitem and not is_any_view(n) for n in ops)
 
 
 def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False, through: fx.Node | None = None) -> Cut | str:
