@@ -21,7 +21,9 @@ compiles whole is not cut: each cut costs a compiled function. Nor is a segment 
 (``cut_around_saved_writes=None``): the writes earlier segments made to its inputs are not in its graph, and a
 compiled one applies them in one ``copy_``, so the run could not bump the version as eager's writes did (fuzzer
 s1805_419: one fewer). A run that leaves nothing but views to compile is refused (segments.compile_in_segments): the
-program is eager's then, and the fallback stands and says so.
+program is eager's then, and the fallback stands and says so. Not where compiled autograd is configured when the
+graph compiles: its cached backward graphs did not raise the error on test_autograd.py's test_inplace
+(dynamo-wrapped), where the graph run uncompiled does.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def write_to_a_value_a_backward_saved(meta: GraphMeta) -> Fallback | None:
     runs in eager (see the Note). None where that run holds a higher-order op (Dynamo's inlined Function, a
     checkpointed region: run as they are, their nodes are not eager's) or a custom Function's call (its dirty
     inputs' version bumps are its own: fuzzer s1805_419 counted one fewer)."""
-    if not meta.cut_around_saved_writes:
+    if not meta.cut_around_saved_writes or meta.compiled_autograd:
         return None
     saved: dict[fx.Node, tuple[fx.Node, fx.Node]] = {}  # storage root -> (first recorded saver, the value saved)
     touched: list[fx.Node] = []  # the nodes that must run in eager
