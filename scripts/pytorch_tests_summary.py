@@ -46,16 +46,19 @@ def main() -> None:
         with (folder / "pytorch_tests_prototype_only.csv").open() as f:
             prototype_only = sum(1 for _ in csv.DictReader(f))
         report = (folder / "pytorch_tests.md").read_text()
+        engine = "?"
         if m := re.search(r"^Engine: (.*)$", report, re.M):
             engines.add(m.group(1))
+            engine = re.split(r"[\s;,]", m.group(1))[0]
         if m := re.search(r"^Command: (.*)$", report, re.M):
             commands.append(m.group(1))
         any_row = next(iter(by_strategy.values()))
         baseline = by_strategy.get("plain") or by_strategy["stock"]
         rows.append(
-            f"| {any_row['file']} | {commits.get(any_row['file'], '?')} | {any_row['mode']} | {any_row['tests']} "
+            f"| {any_row['file']} | {commits.get(any_row['file'], '?')} | {engine} | {any_row['mode']} "
+            f"| {any_row['tests']} "
             f"| {baseline['passed']} | {by_strategy['stock']['passed']} | {by_strategy['prototype']['passed']} "
-            f"| {prototype_only} |"
+            f"| {prototype_only} | {by_strategy['prototype'].get('reached_prototype') or '-'} |"
         )
     lines = [
         "# PyTorch's test files",
@@ -68,9 +71,9 @@ def main() -> None:
         "",
         "## Per file",
         "",
-        "| file | PyTorch commit | mode | tests | baseline passed | stock passed | prototype passed "
-        "| pass under stock, fail under the prototype |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| file | PyTorch commit | engine | mode | tests | baseline passed | stock passed | prototype passed "
+        "| pass under stock, fail under the prototype | tests that reached the prototype (swapped mode) |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         *(f"Engine: {e}" for e in sorted(engines)),

@@ -45,8 +45,8 @@ def test_pytorch_tests_summary_writes_one_row_per_file(tmp_path: Path) -> None:
     )  # fmt: skip
     rows = [line for line in output.read_text().splitlines() if line.startswith("| test/")]
     assert rows == [
-        "| test/functorch/test_aotdispatch.py | ? | swapped | 10 | 6 | 6 | 5 | 2 |",
-        "| test/test_view_ops.py | 9c491bc | dynamo-wrapped | 10 | 9 | 7 | 8 | 0 |",
+        "| test/functorch/test_aotdispatch.py | ? | abc1234 | swapped | 10 | 6 | 6 | 5 | 2 | - |",
+        "| test/test_view_ops.py | 9c491bc | abc1234 | dynamo-wrapped | 10 | 9 | 7 | 8 | 0 | - |",
     ]
     assert "Engine: abc1234; torch x" in output.read_text()
 
