@@ -143,8 +143,8 @@ def compile_captured(
             ti.SET_GRAD_ENABLED(grad_enabled)
         if segmented is not None:
             result.segments, result.run = segmented
-            where = "around" if fallback.run_eagerly else "after"
-            result.notes.append(f"cut {where} {at.name} ({graph_ops.op_name(at)}), where {fallback.reason}")
+            span = f"{at.name} ({graph_ops.op_name(at)})" + (f" through {through.name}" if through is not None else "")
+            result.notes.append(f"cut {'around' if eager else 'after'} {span}, where {fallback.reason}")
             return result
 
     def again(**kwargs: Any) -> CompiledProgram | None:  # Note [A write to a value a backward saved]

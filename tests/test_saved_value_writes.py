@@ -130,4 +130,6 @@ def test_the_program_is_compiled_in_segments(name: str) -> None:
     GRAPHS.clear()
     torch.compile(program, backend=pv.backend("aot_eager", strict=True))(*fresh_inputs())
     assert [outcome for _, outcome, _ in GRAPHS] == ["replayed"]
-    assert pv.explain(program, *fresh_inputs()).program.segments
+    explained = pv.explain(program, *fresh_inputs())
+    assert explained.program.segments
+    assert " through " in str(explained)  # the run in eager, named from its first node through its last write
