@@ -135,8 +135,8 @@ def compile_in_segments(
 
 def _computes(program: Any) -> bool:
     """Whether a compiled segment (a pipeline.CompiledProgram) compiles an op other than a view."""
-    if program.segments or program.sliced is None:
-        return any(map(_computes, program.segments)) or program.sliced is None
+    if program.sliced is None:  # a cut program (what its segments compile), or one compiled some other way
+        return any(map(_computes, program.segments)) or not program.segments
     ops = (n for n in program.sliced.core.graph.nodes if n.op in ("call_function", "call_method"))
     return any(n.target is not operator.getitem and not is_any_view(n) for n in ops)
 
