@@ -27,6 +27,7 @@ class Run:
     engine: str
     dimensions: str
     rows: dict[str, dict[str, str]]  # strategy label -> column -> cell
+    gap: dict[str, dict[str, str]]  # label -> column -> cell of its "Gap to the ceiling" table (empty before it)
 
 
 def runs(text: str) -> list[Run]:
@@ -41,10 +42,19 @@ def runs(text: str) -> list[Run]:
         engine = re.search(r"engine at commit (\w+)", header)
         dimensions = "classic"
         rows: dict[str, dict[str, str]] = {}
+        gap: dict[str, dict[str, str]] = {}
         j = i + 1
         while j < len(lines) and not lines[j].startswith("## Differential fuzzing"):
             if lines[j].startswith("Dimensions: `"):
                 dimensions = lines[j].split("`")[1]
+            if lines[j].startswith("| entry point | label |") and not gap:
+                columns = [c.strip() for c in lines[j].strip("|").split("|")]
+                j += 2
+                while j < len(lines) and lines[j].startswith("|"):
+                    cells = [c.strip() for c in lines[j].strip("|").split("|")]
+                    gap[cells[1]] = dict(zip(columns, cells))
+                    j += 1
+                continue
             if lines[j].startswith("| strategy |") and not rows:
                 columns = [c.strip() for c in lines[j].strip("|").split("|")]
                 j += 2
@@ -55,7 +65,7 @@ def runs(text: str) -> list[Run]:
                 continue
             j += 1
         seeds = heading.group(2).replace(" ", "")
-        found.append(Run(seeds, int(heading.group(1)), engine.group(1) if engine else "?", dimensions, rows))
+        found.append(Run(seeds, int(heading.group(1)), engine.group(1) if engine else "?", dimensions, rows, gap))
     return found
 
 
@@ -104,6 +114,21 @@ def table(all_runs: list[Run]) -> list[str]:
     return lines
 
 
+def gap_table(all_runs: list[Run]) -> list[str]:
+    """Each run's gap to the ceiling, per entry point and setting, as its fuzz.md gives it."""
+    columns = ("ran (eager forward runs)", "gap closed", "fell back", "fell back where stock runs")
+    lines = [
+        "| seeds | programs | engine | label | ran (eager forward runs) | gap closed | fell back | fell back where "
+        "stock runs |",
+        "|---|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for run in all_runs:
+        for label, row in run.gap.items():
+            cells = " | ".join(row.get(c, "-") for c in columns)
+            lines.append(f"| {run.seeds} | {run.programs} | {run.engine} | {label} | {cells} |")
+    return lines
+
+
 def render(text: str) -> str:
     all_runs = runs(text)
     return "\n".join(
@@ -126,6 +151,15 @@ def render(text: str) -> str:
             "## Every run",
             "",
             *table(all_runs),
+            "",
+            "## Gap to the ceiling, per run",
+            "",
+            "Each run's own table (`### Gap to the ceiling` of its fuzz.md, issue 22), over the programs whose eager "
+            "forward runs; runs before the ceiling existed have none. Gap closed = (entry point - stock) / (ceiling - "
+            "stock) in programs matching eager; `fell back`: the backend handed a graph to stock, or compile_function "
+            "ran the function eagerly; `fell back where stock runs`: those where stock does not crash.",
+            "",
+            *gap_table(all_runs),
             "",
         ]
     )
