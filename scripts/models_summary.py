@@ -14,7 +14,9 @@ every step, views kept); this script derives them from the generated ``Every str
 - ``parity at every step``: ``parity over steps`` is ``ok n/n`` (outputs, grads and aliasing as eager's at each step);
 - ``first shape as eager``: outputs and grads allclose to eager's at the first shape;
 - ``views kept / eager's``: returned tensors that are views in eager and stay views, summed over the models;
-- ``fallbacks over steps``: summed; ``largest parameter diff``: the largest ``max param diff`` after the steps.
+- ``fallbacks over steps``: summed; ``largest parameter diff``: the largest ``max param diff`` after the steps;
+- ``graphs replayed (sliced)``: at the first shape, graphs whose views the prototype replayed, and how many of them
+  were sliced on Dynamo's own graph with no pre-dispatch trace (Note [Slicing Dynamo's graph]).
 """
 
 from __future__ import annotations
@@ -53,12 +55,18 @@ def _kept(cell: str) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
+def _replayed(cell: str) -> tuple[int, int]:
+    replayed = re.search(r"replayed (\d+)", cell)
+    sliced = re.search(r"sliced (\d+)", cell)
+    return (int(replayed.group(1)) if replayed else 0, int(sliced.group(1)) if sliced else 0)
+
+
 def summary(found: list[dict[str, str]]) -> list[str]:
     strategies = list(dict.fromkeys(r["strategy"] for r in found))
     lines = [
         "| strategy | models | every step ran | parity at every step | first shape as eager | views kept / eager's "
-        "| fallbacks over steps | largest parameter diff |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| fallbacks over steps | largest parameter diff | graphs replayed (sliced) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for strategy in strategies:
         mine = [r for r in found if r["strategy"] == strategy]
@@ -76,10 +84,14 @@ def summary(found: list[dict[str, str]]) -> list[str]:
             if "/" in cell:
                 with contextlib.suppress(ValueError):
                     diffs.append(float(cell.split("/")[1]))
+        replays = [_replayed(r.get("graph outcomes", "")) for r in mine]
+        replay_cell = (
+            f"{sum(k for k, _ in replays)} ({sum(k for _, k in replays)})" if any(k for k, _ in replays) else "-"
+        )
         lines.append(
             f"| {strategy} | {len(mine)} | {ran} | {parity_cell} | {first} | {sum(k for k, _ in kept)} / "
             f"{sum(e for _, e in kept)} | {sum(fallbacks) if fallbacks else '-'} | "
-            f"{f'{max(diffs):.1e}' if diffs else '-'} |"
+            f"{f'{max(diffs):.1e}' if diffs else '-'} | {replay_cell} |"
         )
     return lines
 
