@@ -913,7 +913,7 @@ def test_s1804_a_functions_view_written_under_no_grad_where_nothing_requires_gra
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1808_2663, found on e87db31 (session 21); not analysed further")
+@pytest.mark.xfail(strict=True, reason="open: s1808_2663 (e87db31): a dead no_grad out= write saved for backward")
 @pytest.mark.parametrize(
     ("label", "stock_label"),
     [
@@ -926,8 +926,11 @@ def test_s1808_2663_a_replayed_view_written_by_the_caller_then_backward(label: s
     ``t2 = t1.sin()`` feeds only an ``add(..., out=)`` under no_grad. The caller writes ``t1`` in place and
     backwards through it: eager's backward never reaches ``sin``'s node and runs; stock runs; the prototype's
     compiled backward raises "modified by an inplace operation" on a [3, 2] tensor (a value the core saved that
-    shares the version counter of its output ``sum_1``, the base of the replayed ``transpose``). Found at the end
-    of the session; the cause inside AOTAutograd's saved values is not pinned down."""
+    shares the version counter of its output ``sum_1``, the base of the replayed ``transpose``). The core's compiled
+    forward (aot_eager) returns ``(sum_1, sin, empty_like, transpose)``: the ``add(..., out=)`` under no_grad is dead
+    (nothing reads ``u0``), and the partitioner moves it into the backward, saving its inputs, among them the core's
+    own ``transpose``, a view of ``sum_1``; the caller's write to the replayed view bumps that shared counter. A
+    fix: drop such dead writes to graph-local tensors from the core before the inner backend sees it."""
     _assert_no_violation(1808, 2663, label, stock_label)
 
 
