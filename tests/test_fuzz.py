@@ -913,14 +913,14 @@ def test_s1804_a_functions_view_written_under_no_grad_where_nothing_requires_gra
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
 
 
+_DEFAULT_AND_COMPILED_AUTOGRAD = [
+    ("prototype[aot_eager]", "stock[aot_eager]"),
+    ("prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]"),
+]
+
+
 @pytest.mark.xfail(strict=True, reason="open: s1808_2663 (e87db31): a dead no_grad out= write saved for backward")
-@pytest.mark.parametrize(
-    ("label", "stock_label"),
-    [
-        ("prototype[aot_eager]", "stock[aot_eager]"),
-        ("prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]"),
-    ],
-)
+@pytest.mark.parametrize(("label", "stock_label"), _DEFAULT_AND_COMPILED_AUTOGRAD)
 def test_s1808_2663_a_replayed_view_written_by_the_caller_then_backward(label: str, stock_label: str) -> None:
     """Open (seed 1808 on e87db31): ``t1 = a.sum(2).transpose(1, 0)`` is returned (replayed in the epilogue), and
     ``t2 = t1.sin()`` feeds only an ``add(..., out=)`` under no_grad. The caller writes ``t1`` in place and
@@ -935,13 +935,7 @@ def test_s1808_2663_a_replayed_view_written_by_the_caller_then_backward(label: s
 
 
 @pytest.mark.xfail(strict=True, reason="open: s1808_751, found on e87db31 (session 21); not analysed further")
-@pytest.mark.parametrize(
-    ("label", "stock_label"),
-    [
-        ("prototype[aot_eager]", "stock[aot_eager]"),
-        ("prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]"),
-    ],
-)
+@pytest.mark.parametrize(("label", "stock_label"), _DEFAULT_AND_COMPILED_AUTOGRAD)
 def test_s1808_751_a_second_backward_after_an_input_written_under_no_grad(label: str, stock_label: str) -> None:
     """Open (seed 1808 on e87db31): a ``split`` of a view of the input ``a``, ``sin`` of one half, an ``out=`` write
     under no_grad, then ``torch.add(a, a, out=a)`` under no_grad and ``a.exp()``. A second backward (no

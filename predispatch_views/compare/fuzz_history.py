@@ -48,25 +48,27 @@ def runs(text: str) -> list[Run]:
             if lines[j].startswith("Dimensions: `"):
                 dimensions = lines[j].split("`")[1]
             if lines[j].startswith("| entry point | label |") and not gap:
-                columns = [c.strip() for c in lines[j].strip("|").split("|")]
-                j += 2
-                while j < len(lines) and lines[j].startswith("|"):
-                    cells = [c.strip() for c in lines[j].strip("|").split("|")]
-                    gap[cells[1]] = dict(zip(columns, cells))
-                    j += 1
+                j = _read_table(lines, j, "label", gap)
                 continue
             if lines[j].startswith("| strategy |") and not rows:
-                columns = [c.strip() for c in lines[j].strip("|").split("|")]
-                j += 2
-                while j < len(lines) and lines[j].startswith("|"):
-                    cells = [c.strip() for c in lines[j].strip("|").split("|")]
-                    rows[cells[0]] = dict(zip(columns, cells))
-                    j += 1
+                j = _read_table(lines, j, "strategy", rows)
                 continue
             j += 1
         seeds = heading.group(2).replace(" ", "")
         found.append(Run(seeds, int(heading.group(1)), engine.group(1) if engine else "?", dimensions, rows, gap))
     return found
+
+
+def _read_table(lines: list[str], at: int, key: str, into: dict[str, dict[str, str]]) -> int:
+    """Read the Markdown table whose header is ``lines[at]`` into ``into`` (its ``key`` column's cell -> column ->
+    cell); return the index of the first line after it."""
+    columns = [c.strip() for c in lines[at].strip("|").split("|")]
+    j = at + 2
+    while j < len(lines) and lines[j].startswith("|"):
+        row = dict(zip(columns, (c.strip() for c in lines[j].strip("|").split("|"))))
+        into[row[key]] = row
+        j += 1
+    return j
 
 
 def _entry_point(label: str) -> str | None:
