@@ -109,7 +109,8 @@ def slice_dynamo_graph(
         return why
     recompute = output_rules.dynamo_bases_to_recompute(nodes, epilogue, crossing)
     executable = ti.lazy_graph_module(gm, _tagged(gm.graph, epilogue, linear_views, sizes | duplicated, recompute))
-    return slice_graph(executable, None)
+    requires_grad = [getattr(t, "requires_grad", False) for t in example_inputs] if differentiable else None
+    return slice_graph(executable, None, requires_grad)
 
 
 def _not_plain(gm: fx.GraphModule, n: fx.Node) -> str | None:

@@ -175,6 +175,17 @@ class FallbackKind(enum.Enum):
         "which compiled autograd (on) rejects",
     )
 
+    SAVED_INPUT_VIEW_UNDER_COMPILED_AUTOGRAD = FallbackReason(
+        "a compiled op that saves for backward a view of an input the epilogue views too, with compiled autograd on",
+        "`an op of the compiled region saves a view of input <i> for backward, which the epilogue views too: with "
+        "compiled autograd on, no pre-hook checks that input's version where the compiled backward may not`",
+        "eager's backward raises if the input is written before it; the partitioner may save a value computed from "
+        "the view instead (stock's graph returns the view and saves it), and the runtime's check is a pre-hook, "
+        "which compiled autograd does not run. Note [A saved view of an input the epilogue views] in runtime.py.",
+        "pipeline.py",
+        "no pre-hook checks that input's version",
+    )
+
     INFERENCE_MODE_IN_GRAPH = FallbackReason(
         "an `inference_mode` region inside a Dynamo graph",
         "`an inference_mode region inside the graph` (Dynamo path)",
@@ -364,12 +375,13 @@ class FallbackKind(enum.Enum):
     INNER_BACKEND_REJECTED = FallbackReason(
         "a graph the inner backend fails to compile where eager runs it (inputs sharing storage, views an earlier "
         "graph returned; a version-counter error eager raises only in backward; a view's lazy error eager raises only "
-        "where it is read): it runs uncompiled",
+        "where it is read; a random draw nothing reads, kept): it runs uncompiled",
         "`the inner backend raised <error> on inputs that share storage (...)`, `... while tracing the backward "
-        "(...)` or `... reading the grad_fn of a view ... (...)`: `the graph runs uncompiled`",
+        "(...)`, `... reading the grad_fn of a view ...` or `... on a random draw ...`: `the graph runs uncompiled`",
         'uncompiled is Dynamo with `backend="eager"`, eager\'s own behaviour (Note [Graphs the inner backend '
         "rejects]): AOTAutograd's synthetic-base path raises on aliased inputs only the prototype hands over (2.13, "
-        "dynamic shapes; s62_92); its joint trace raises eager's backward and lazy view errors early.",
+        "dynamic shapes; s62_92); its joint trace raises eager's backward and lazy view errors early; its partitioner "
+        "refuses a dead multi-output draw kept as eager draws it (2.13, 2.14.1; s1808_1837).",
         "inner_backend.py",
         "the graph runs uncompiled (Note [Graphs the inner",
     )

@@ -260,6 +260,25 @@ def _requires_grad(
     return frozenset(out)
 
 
+def recorded_calls(nodes: list[fx.Node], grad_enabled: bool, input_requires_grad: Sequence[bool]) -> frozenset[fx.Node]:
+    """The calls autograd records: run with grad mode on, reading a value that requires grad. An ATen graph or
+    Dynamo's (whose method calls count too)."""
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    requires_grad = {p for p, r in zip(placeholders, input_requires_grad) if r}
+    recorded: set[fx.Node] = set()
+    grad = grad_enabled
+    for n in nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad = bool(n.args[0])
+        elif n.op in ("call_function", "call_method") and any(i in requires_grad for i in n.all_input_nodes):
+            target = graph_ops.mutated_input(n)
+            if grad:
+                recorded.add(n)
+            if (grad or target in requires_grad) and graph_ops.schema_name(n) != "detach" and n.target != "detach":
+                requires_grad.add(n)
+    return frozenset(recorded)
+
+
 def _under_no_grad(nodes: list[fx.Node], grad_enabled: bool) -> frozenset[fx.Node]:
     out: set[fx.Node] = set()
     grad = grad_enabled

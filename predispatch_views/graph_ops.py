@@ -388,3 +388,8 @@ def op_name(node: fx.Node) -> str:
     if op is not None:
         return str(op)
     return getattr(node.target, "__name__", str(node.target))
+
+
+def as_tuple(outputs: Any) -> tuple[Any, ...]:
+    """An output node's argument as a tuple (a graph may return one value bare)."""
+    return tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)

@@ -72,6 +72,9 @@ def inner_or_uncompiled(
       modified inplace", the same for a view made under no_grad): AOTAutograd reads every ``grad_fn`` while it
       traces; eager reads one only where a later op or a backward asks for it (fuzzer s1802_116, where the ceiling
       runs the program and stock's compile fails). Uncompiled, the graph raises it exactly where eager does.
+    - A random draw nothing reads, which the inner backend keeps as eager draws it (Note [Random draws nothing
+      reads]) and AOTAutograd's default partitioner then refuses (Note [A kept draw the partitioner refuses];
+      fuzzer s1808_1837). Stock drops the draw and compiles; uncompiled, the generator ends where eager's does.
     Running Dynamo's graph uncompiled is exactly ``backend="eager"``: eager's behaviour, with a logged reason.
     The graph is Dynamo's as stock gets it (Note [An inlined Function returns its input as eager does]), where an
     inlined Function's result is its input itself; the input is then returned as it is (``_inputs_as_they_are``).
@@ -96,6 +99,8 @@ def inner_or_uncompiled(
             why = "while tracing the backward, an error eager raises only if a backward reaches it"
         elif _LAZY_VIEW_ERROR in str(e):
             why = "reading the grad_fn of a view whose base was written, an error eager raises only where it is read"
+        elif ti.refused_a_kept_draw(e):
+            why = "on a random draw nothing reads, kept as eager draws it, which its partitioner refuses"
         else:
             raise
         reason = (

@@ -1,8 +1,8 @@
 """The whole pipeline, top-down: capture, select, functionalize, slice, compile the core, build the runtime.
 
-Every entry point (Dynamo backend, experimental flag, compile_function, explain) goes through
-``compile_captured``. A stage that finds the program cannot be replayed faithfully returns a reason; the
-program then goes to stock AOTAutograd with the same inner backend, and the reason is logged.
+Every entry point (Dynamo backend, experimental flag, compile_function, explain) goes through ``compile_captured``.
+A stage that finds the program cannot be replayed faithfully returns a reason; the program then goes to stock
+AOTAutograd with the same inner backend, and the reason is logged.
 
 Note [The invariant]
 For every program, the prototype (1) replays it faithfully, or (2) falls back to stock with a logged reason
@@ -18,7 +18,8 @@ where stock is not. What enforces it, in pipeline order:
 - compile: an error compiling the core (which is not the user's program: it returns bases the user only viewed)
   falls back, so stock decides whether the program compiles;
 - runtime: the epilogue replays eager's own calls, so eager's errors are raised as eager raises them, and it
-  restores the caller's grad mode if one of them raises. The fuzzer and PyTorch's suites check it (design/04).
+  restores the caller's grad mode if one of them raises; version watches raise eager's version error where a
+  compiled backward cannot (version_watches.py). The fuzzer and PyTorch's suites check it (design/04).
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ from .inner_backend import (
 from .labels import graph_label
 from .outcomes import FALLBACKS, GRAPHS, outcome
 from .program import MAX_CUT_DEPTH, CompiledProgram, StrictModeError, unset_run
-from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written, watching_saved_results
+from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
 from .saved_value_rules import writes_to_saved_values
 from .segments import compile_in_segments
 from .slicing import slice_graph
+from .version_watches import fallback_under_compiled_autograd, watching_saved_results
 
 log = logging.getLogger("predispatch_views")
 
@@ -107,8 +109,8 @@ def compile_captured(
             lap("functionalize")
             # Parts cost a compiled function each and matter only to a backward (Note [Independent parts of the
             # core] in slicing.py): without one, the core stays whole.
-            differentiable = grad_enabled and any(requires_grad)
-            result.sliced = slice_graph(functionalized.executable, alias_groups if differentiable else None)
+            sliced_for = (alias_groups, requires_grad) if grad_enabled and any(requires_grad) else (None, None)
+            result.sliced = slice_graph(functionalized.executable, *sliced_for)
             lap("slice")
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
@@ -190,12 +192,13 @@ def _compile_core(
     stock_fallback: bool = True,
     retry: Callable[[], CompiledProgram | None] | None = None,
 ) -> CompiledProgram:
-    """The inner backend on ``result.sliced``'s core, then the runtime around it; ``retry`` where its backward
-    trace raises the version error (Note [A write to a value a backward saved])."""
+    """The inner backend on the core, then the runtime; ``retry`` on a backward's version error (Note [A write to a
+    value a backward saved]). A core whose version watch compiled autograd would skip goes to stock."""
     assert result.sliced is not None
     lap = Laps(result.stage_seconds)
     cores = None
-    if not result.sliced.core_is_empty:
+    fallback = fallback_under_compiled_autograd(result.sliced, example_inputs)
+    if fallback is None and not result.sliced.core_is_empty:
         grad_enabled = torch.is_grad_enabled()
         try:  # one compiled function per independent part: Note [Independent parts of the core] in slicing.py
             cores = [inner_fn(p.graph, [example_inputs[i] for i in p.inputs]) for p in result.sliced.parts]
@@ -210,9 +213,10 @@ def _compile_core(
             fallback = Fallback(
                 FallbackKind.CORE_COMPILE_FAILED, f"compiling the core raised {type(e).__name__}: {first_line(e)}"
             )
-            if not stock_fallback:
-                return _no_fall_back(result, fallback, strict)
-            return _fall_back(result, fallback, fallback_graph, example_inputs, inner_fn, strict)
+    if fallback is not None:
+        if not stock_fallback:
+            return _no_fall_back(result, fallback, strict)
+        return _fall_back(result, fallback, fallback_graph, example_inputs, inner_fn, strict)
     lap("inner compile")
     result.run = build_runtime(result.sliced, cores)
     result.epilogue_source = result.run.source
@@ -237,8 +241,7 @@ def _compile_dynamo_graph_guarded(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
 ) -> CompiledProgram:
     """Every piece of engine code that runs here, the wrappers' setup included, is under the internal-error guard:
-    an engine defect falls back to stock, it never becomes the user's crash (Note [The invariant]).
-    """
+    an engine defect falls back to stock, it never becomes the user's crash (Note [The invariant])."""
     from .capture import written_inputs
 
     try:
@@ -357,9 +360,8 @@ def _cut_at_a_saved_write(gm: fx.GraphModule, example_inputs: Sequence[Any], inn
     """Note [A write to a value a backward saved]: Dynamo's graph in segments, or None."""
     from .capture_cache import capture_graph_module_once
 
-    pre_dispatch = capture_graph_module_once(gm, example_inputs)
     program = compile_captured(
-        pre_dispatch, example_inputs, inner, fallback_graph=gm, stock_fallback=False,
+        capture_graph_module_once(gm, example_inputs), example_inputs, inner, fallback_graph=gm, stock_fallback=False,
         graph_breaks=dynamo_graph_breaks(gm), cut_around_saved_writes=True,
     )  # fmt: skip
     return program if program.fallback is None and program.segments else None
@@ -373,13 +375,9 @@ def _stock_for(
 
 
 def _fall_back(
-    result: CompiledProgram,
-    fallback: Fallback,
-    graph: fx.GraphModule,
-    example_inputs: Sequence[Any],
-    inner_fn: Callable[..., Any],
-    strict: bool,
-) -> CompiledProgram:
+    result: CompiledProgram, fallback: Fallback, graph: fx.GraphModule, example_inputs: Sequence[Any],
+    inner_fn: Callable[..., Any], strict: bool,
+) -> CompiledProgram:  # fmt: skip
     if strict:
         raise StrictModeError(fallback.reason)
     log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, graph_label(graph))

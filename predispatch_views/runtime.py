@@ -7,9 +7,7 @@ bound once. See Note [Replaying pre-dispatch views] in analysis.py for why the r
 
 from __future__ import annotations
 
-import functools
 import operator
-import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +19,7 @@ from . import _torch_internals as ti
 from . import graph_ops
 from .graph_ops import is_grad_mode_change
 from .slicing import SlicedProgram
+from .version_watches import watch_lines
 
 
 class EpilogueCodegen:
@@ -74,10 +73,8 @@ class EpilogueCodegen:
                 core_output.update({k: f"core{j}[{i}]" for i, k in enumerate(part.outputs)})
         elif call_core:
             lines.append("core = _core(*args)")
-        watched = _saved_results(sliced.core) if call_core and not ti.compiled_autograd_configured() else []
-        for k, name, readers in watched:  # Note [Eager's version error]
-            watch = self.bind(functools.partial(watch_saved_result, name=name), "_watch")
-            lines.append(f"{watch}({core_output[k]}, ({''.join(core_output[j] + ', ' for j in readers)}))")
+        if call_core:  # Note [Eager's version error] in version_watches.py
+            lines += watch_lines(sliced, core_output, self.bind)
         names: dict[fx.Node, str] = {}
         placeholders = list(sliced.epilogue.graph.find_nodes(op="placeholder"))
         for p, source in zip(placeholders, sliced.sources):
@@ -85,7 +82,7 @@ class EpilogueCodegen:
             value = f"args[{source.index}]" if source.kind == "arg" else core_output[source.index]
             lines.append(f"{names[p]} = {value}")
         output = sliced.epilogue.graph.output_node()
-        outputs = _as_tuple(output.args[0])
+        outputs = graph_ops.as_tuple(output.args[0])
         runs = _output_runs(outputs, output)
         sliced_out = {n for start, length in runs.items() for n in outputs[start : start + length]}
         for n in sliced.epilogue.graph.nodes:
@@ -111,94 +108,6 @@ class EpilogueCodegen:
                 i += 1
         lines.append("return (" + "".join(r + ", " for r in returned) + ")")
         return lines
-
-
-# Note [Eager's version error]
-# A core output eager's own node saves for backward (an op whose backward reads its result: ``tanh``, ``sigmoid``,
-# ``exp``, ``relu``), written in place by the caller, makes eager's backward raise "one of the variables needed for
-# gradient computation has been modified by an inplace operation: [torch.FloatTensor [3, 4]], which is output 0 of
-# Tanh, is at version 1; expected version 0 instead. ...". The compiled backward saved the compiled function's own
-# output, a tensor no node of eager's made, so its message lacks ", which is output 0 of Tanh" (stock's too); or
-# the partitioner recomputed the value from the inputs and the compiled backward runs where eager's raises. The
-# runtime watches each such output: a pre-hook on its compiled node raises eager's error, naming eager's node
-# (_torch_internals.eager_node_name), when a gradient reaches the node at an output computed from it (where
-# eager's backward reaches the node that saved it) and its version has moved since the core returned it. Not where
-# compiled autograd is configured when the graph compiles: its reordering of traced pre-hooks raised StopIteration
-# on this hook (tests/test_interactions.py); a hook met under compiled autograd returns without raising. The
-# price: one pre-hook per call and watched output (about 10-15 us of CPU, mostly ``register_prehook``); a program
-# whose outputs no such op made pays nothing.
-
-
-def _saved_results(core: fx.GraphModule) -> list[tuple[int, str, list[int]]]:
-    """(core output k, eager's node name, the core outputs computed from it, k among them) for each core output
-    whose op's backward reads its result."""
-    returned = _as_tuple(core.graph.output_node().args[0])
-    found = []
-    for k, n in enumerate(returned):
-        if not isinstance(n, fx.Node) or n.op not in ("call_function", "call_method"):
-            continue
-        reads = graph_ops.saved_by_backward(n)
-        if (
-            reads is None
-            or not reads[1]
-            or not isinstance(n.meta.get("val", n.meta.get("example_value")), torch.Tensor)
-        ):
-            continue
-        target = getattr(torch.Tensor, str(n.target), None) if n.op == "call_method" else n.target
-        args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), graph_ops.example_value)
-        name = ti.eager_node_name(target, args, kwargs) if callable(target) else None
-        if name is not None:
-            below = graph_ops.descendants(n)
-            found.append((k, name, [j for j, m in enumerate(returned) if m is n or m in below]))
-    return found
-
-
-def watching_saved_results(gm: fx.GraphModule, run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run`` (Dynamo's graph compiled whole), watching the outputs eager's nodes save (Note [Eager's version
-    error]); ``run`` itself where there are none."""
-    watched = _saved_results(gm)
-    if not watched or ti.compiled_autograd_configured():
-        return run
-
-    def watching(*args: Any) -> Any:
-        outs = run(*args)
-        for k, name, readers in watched:
-            watch_saved_result(outs[k], tuple(outs[j] for j in readers), name=name)
-        return outs
-
-    return watching
-
-
-def watch_saved_result(saved: torch.Tensor, readers: tuple[torch.Tensor, ...], name: str) -> None:
-    """Note [Eager's version error]: raise eager's error where eager's backward would meet ``saved`` written."""
-    node = saved.grad_fn
-    if node is not None:
-        positions = [r.output_nr for r in readers if r.grad_fn is node]
-        node.register_prehook(functools.partial(_check_saved, weakref.ref(saved), saved._version, positions, name))
-
-
-def _check_saved(
-    ref: weakref.ref[torch.Tensor], version: int, positions: list[int], name: str, grads: tuple[Any, ...]
-) -> None:
-    """The pre-hook. It holds the output weakly: a strong reference keeps the output, its node and what that
-    saved alive in a cycle."""
-    saved = ref()
-    if saved is None or saved._version == version or all(grads[p] is None for p in positions):
-        return
-    if ti.compiled_autograd_configured():  # asked only here: reading Dynamo's config costs microseconds
-        return
-    hint = (
-        "the backtrace further above shows the operation that failed to compute its gradient. The variable in "
-        "question was changed in there or anywhere later. Good luck!"
-        if torch.is_anomaly_enabled()
-        else "enable anomaly detection to find the operation that failed to compute its gradient, with "
-        "torch.autograd.set_detect_anomaly(True, check_nan=False)."
-    )
-    raise RuntimeError(
-        "one of the variables needed for gradient computation has been modified by an inplace operation: "
-        f"[{saved.type()} {list(saved.shape)}], which is output 0 of {name}, is at version {saved._version}; "
-        f"expected version {version} instead. Hint: {hint}"
-    )
 
 
 # A run of outputs this long that are consecutive results of one multi-output call is returned as a slice.
@@ -233,10 +142,6 @@ def _output_runs(outputs: tuple[Any, ...], output: fx.Node) -> dict[int, int]:
             runs[i] = length
         i += length
     return runs
-
-
-def _as_tuple(outputs: Any) -> tuple[Any, ...]:
-    return tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
 
 
 def _readable_name(target: Any) -> str:

@@ -54,6 +54,7 @@ from . import _torch_internals as ti
 from . import graph_ops
 from .functionalize import EPILOGUE_TAG
 from .graph_meta import alias_roots
+from .saved_aliases import SavedAliasWatch, separate_saved_aliases
 
 
 @dataclass(frozen=True)
@@ -79,15 +80,21 @@ class SlicedProgram:
     epilogue: fx.GraphModule  # one placeholder per entry of `sources`; returns the program's outputs
     sources: tuple[InputSource, ...]
     parts: tuple[CorePart, ...]  # the core, cut into independent parts (one: the whole core)
+    saved_alias_watches: tuple[SavedAliasWatch, ...] = ()  # Note [A saved alias of a value the caller can write]
 
     @property
     def core_is_empty(self) -> bool:
         return not any(n.op in ("call_function", "call_method", "call_module") for n in self.core.graph.nodes)
 
 
-def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | None = None) -> SlicedProgram:
+def slice_graph(
+    functional: fx.GraphModule,
+    input_alias_groups: Sequence[int] | None = None,
+    input_requires_grad: Sequence[bool] | None = None,
+) -> SlicedProgram:
     """``input_alias_groups``: for each input, the first input sharing its storage (see pipeline.py); without
-    it the core stays whole."""
+    it the core stays whole. ``input_requires_grad``: given where a backward may follow (Note [A saved alias of a
+    value the caller can write] in saved_aliases.py); the graph runs in the current grad mode."""
     nodes = list(functional.graph.nodes)
     output = nodes[-1]
     is_epilogue = {n: bool(n.meta.get(EPILOGUE_TAG)) for n in nodes}
@@ -111,6 +118,9 @@ def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | 
         _detached_if_only_detached(core_graph, env[n], [u for u in n.users if u is output or is_epilogue[u]])
         for n in core_outputs
     ]
+    watches: tuple[SavedAliasWatch, ...] = ()
+    if input_requires_grad is not None:  # Note [A saved alias of a value the caller can write] in saved_aliases.py
+        returned, watches = separate_saved_aliases(core_graph, returned, input_requires_grad)
     core_graph.output(tuple(returned))
 
     epilogue_graph = fx.Graph()
@@ -134,6 +144,7 @@ def slice_graph(functional: fx.GraphModule, input_alias_groups: Sequence[int] | 
         epilogue=ti.lazy_graph_module(functional, epilogue_graph),
         sources=tuple(sources),
         parts=split_core(core, input_alias_groups) if input_alias_groups is not None else _whole(core),
+        saved_alias_watches=watches,
     )
 
 

@@ -919,34 +919,39 @@ _DEFAULT_AND_COMPILED_AUTOGRAD = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1808_2663 (e87db31): a dead no_grad out= write saved for backward")
 @pytest.mark.parametrize(("label", "stock_label"), _DEFAULT_AND_COMPILED_AUTOGRAD)
 def test_s1808_2663_a_replayed_view_written_by_the_caller_then_backward(label: str, stock_label: str) -> None:
-    """Open (seed 1808 on e87db31): ``t1 = a.sum(2).transpose(1, 0)`` is returned (replayed in the epilogue), and
+    """Seed 1808 on e87db31, fixed (Note [A saved alias of a value the caller can write]): ``t1 =
+    a.sum(2).transpose(1, 0)`` is returned (replayed in the epilogue), and
     ``t2 = t1.sin()`` feeds only an ``add(..., out=)`` under no_grad. The caller writes ``t1`` in place and
     backwards through it: eager's backward never reaches ``sin``'s node and runs; stock runs; the prototype's
     compiled backward raises "modified by an inplace operation" on a [3, 2] tensor (a value the core saved that
     shares the version counter of its output ``sum_1``, the base of the replayed ``transpose``). The core's compiled
     forward (aot_eager) returns ``(sum_1, sin, empty_like, transpose)``: the ``add(..., out=)`` under no_grad is dead
     (nothing reads ``u0``), and the partitioner moves it into the backward, saving its inputs, among them the core's
-    own ``transpose``, a view of ``sum_1``; the caller's write to the replayed view bumps that shared counter. A
-    fix: drop such dead writes to graph-local tensors from the core before the inner backend sees it."""
+    own ``transpose``, a view of ``sum_1``; the caller's write to the replayed view bumps that shared counter (the
+    cause is the saved ``transpose`` of ``sin``, not the dead write). The core now returns ``sum_1`` through
+    ``_unsafe_view``, with a version counter of its own."""
     _assert_no_violation(1808, 2663, label, stock_label)
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1808_751, found on e87db31 (session 21); not analysed further")
 @pytest.mark.parametrize(("label", "stock_label"), _DEFAULT_AND_COMPILED_AUTOGRAD)
 def test_s1808_751_a_second_backward_after_an_input_written_under_no_grad(label: str, stock_label: str) -> None:
-    """Open (seed 1808 on e87db31): a ``split`` of a view of the input ``a``, ``sin`` of one half, an ``out=`` write
-    under no_grad, then ``torch.add(a, a, out=a)`` under no_grad and ``a.exp()``. A second backward (no
-    retain_graph) raises "Trying to backward through the graph a second time" under the prototype where eager's
-    and stock's run. Found at the end of the session; not analysed further."""
+    """Seed 1808 on e87db31: a ``split`` of a view of the input ``a``, ``sin`` of one half, an ``out=`` write
+    under no_grad (a graph break), then ``torch.add(a, a, out=a)`` under no_grad and ``a.exp()``. A second backward
+    (no retain_graph) raised "Trying to backward through the graph a second time" under the prototype where eager's
+    and stock's run: eager's (and stock's) first backward raises on ``sin``'s saved view of the written ``a``, before
+    it frees the ``MulBackward0`` both outputs share; the first graph's core does not return the view (the epilogue
+    replays it), so the partitioner saved ``cos`` instead and the first backward ran and freed it. Fixed by Note [A
+    saved view of an input the epilogue views] (runtime.py): a pre-hook checks ``a``'s version; under compiled
+    autograd the graph falls back."""
     _assert_no_violation(1808, 751, label, stock_label)
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1808_1837, found on e87db31 (session 21); not analysed further")
 def test_s1808_1837_a_dropout_after_a_written_chunk_under_compiled_autograd() -> None:
-    """Open (seed 1808 on e87db31, compiled autograd only): ``t3 = t2.t()`` of a ``chunk`` output written under
-    no_grad by ``t3.copy_(t2)``, then ``F.dropout(a, 0.5, True)``: the prototype's forward raises Dynamo's
-    ``AssertionError: Expected native_dropout to be a tensor`` where stock's runs. Not analysed further."""
+    """Seed 1808 on e87db31, compiled autograd only: ``t3 = t2.t()`` of a ``chunk`` output written under no_grad by
+    ``t3.copy_(t2)``, then ``F.dropout(a, 0.5, True)`` nothing reads. Compiled autograd turns off the cut around
+    saved writes, so the graph falls back to stock (the core writes through a view), compiled keeping the dead
+    draw: AOTAutograd's default partitioner raised "Expected native_dropout to be a tensor" where stock, dropping
+    it, runs. The graph now runs uncompiled (Note [A kept draw the partitioner refuses])."""
     _assert_no_violation(1808, 1837, "prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]")

@@ -69,3 +69,35 @@ def test_a_callable_inner_backend_is_called_as_it_is() -> None:
     torch._dynamo.reset()
     torch.compile(dead_draws_without_views, backend=pv.backend(inner))(torch.randn(3, 4), torch.randn(3, 4))
     assert seen == [False]
+
+
+def dead_dropout_then_a_no_grad_view(b: torch.Tensor, c: torch.Tensor) -> Any:  # fuzzer s1808_1837's shape
+    t0 = c.exp()
+    F.dropout(b, 0.5, True)
+    with torch.no_grad():
+        return t0.t()
+
+
+def test_a_kept_draw_the_partitioner_refuses_runs_uncompiled() -> None:
+    """Note [A kept draw the partitioner refuses]: the joint graph has no backward node, the kept ``native_dropout``
+    no user; AOTAutograd's default partitioner raises, and the graph runs uncompiled, drawing as eager does."""
+    from predispatch_views.fallbacks import FallbackKind
+    from predispatch_views.inner_backend import inner_or_uncompiled, resolve_inner
+    from predispatch_views.program import CompiledProgram
+
+    programs: list[CompiledProgram] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        with pytest.raises(AssertionError, match="Expected native_dropout to be a tensor"):  # the premise
+            resolve_inner("aot_eager")(gm, example_inputs)
+        programs.append(CompiledProgram(run=gm.forward))
+        return inner_or_uncompiled(programs[-1], gm, example_inputs, resolve_inner("aot_eager"), strict=False)
+
+    expected, expected_outs = after_the_call(dead_dropout_then_a_no_grad_view, True)
+    torch._dynamo.reset()
+    actual, outs = after_the_call(torch.compile(dead_dropout_then_a_no_grad_view, backend=backend), True)
+    (program,) = programs
+    assert program.fallback is not None and program.fallback.kind is FallbackKind.INNER_BACKEND_REJECTED
+    assert "random draw nothing reads" in program.fallback.reason
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    torch.testing.assert_close(outs, expected_outs)

@@ -98,3 +98,99 @@ def test_under_anomaly_detection_too() -> None:
         expected = written_then_backward(program, slice(None))
         actual = written_then_backward(compiled("backend", program), slice(None))
     assert "Good luck!" in expected[0][2] and actual[0] == expected[0]
+
+
+# Note [A saved alias of a value the caller can write]: a core node's backward saves an alias of a returned value.
+INPUT_SAVERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "sin": torch.sin,
+    "mul_self": lambda t: t * t,
+    "pow": lambda t: t.pow(3),
+    "method_cos": lambda t: t.cos(),
+}
+RETURNED_ALIASES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "transpose": lambda t: t.transpose(1, 0),
+    "narrow": lambda t: t[1:],
+    "the_base": lambda t: t,
+}
+
+
+def saving_an_alias(saver: Callable[..., torch.Tensor], alias: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+    def program(a: torch.Tensor) -> Any:
+        t1 = alias(a.sum(2))
+        return t1, saver(t1), a.mul(2), t1[0]  # a returned view: the graph is the prototype's, not stock's
+
+    return program
+
+
+def alias_written_then_backward(fn: Callable[..., Any], through: tuple[int, ...]) -> Any:
+    a = torch.randn(2, 3, 2, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    outs = fn(a)
+    outs[0].mul_(2)
+    result = outcome(lambda: torch.stack([outs[k].sum() for k in through]).sum().backward())
+    return result[:2], None if a.grad is None else a.grad.clone()
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize("alias", list(RETURNED_ALIASES))
+@pytest.mark.parametrize("saver", list(INPUT_SAVERS))
+def test_a_saved_alias_of_a_written_output_raises_only_where_eager_reaches_the_saver(
+    saver: str, alias: str, entry: str
+) -> None:
+    """Through the written output alone, eager's backward never reaches the saver and runs (the prototype's compiled
+    backward used to raise: fuzzer s1808_2663); through the saver's output too, eager raises and so does the
+    prototype (stock runs silently there: its saved alias never sees the write)."""
+    program = saving_an_alias(INPUT_SAVERS[saver], RETURNED_ALIASES[alias])
+    for through in [(0, 2), (0, 1, 2)]:
+        expected = alias_written_then_backward(program, through)
+        assert expected[0] == (("ok", None) if through == (0, 2) else ("raised", "RuntimeError"))
+        actual = alias_written_then_backward(compiled(entry, program), through)
+        assert actual[0] == expected[0], through
+        if expected[0][0] == "ok":
+            torch.testing.assert_close(actual[1], expected[1])
+
+
+# Note [A saved view of an input the epilogue views] (version_watches.py): a core node saves a view of an input.
+INPUT_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "split_with_sizes": lambda t: t.view(1, 12).split_with_sizes([6, 6], 1)[1],  # s1808_751's
+    "chunk": lambda t: t.view(12).chunk(2)[1],
+    "unbind": lambda t: t.unbind(0)[1],
+    "transpose": lambda t: t.transpose(1, 0),
+}
+
+
+def saving_an_input_view(saver: Callable[..., torch.Tensor], view: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+    def program(a: torch.Tensor) -> Any:
+        t1 = view(a)
+        return t1, saver(t1), a.sum(1)
+
+    return program
+
+
+def input_written_then_backward(fn: Callable[..., Any], through: tuple[int, ...], under_no_grad: bool) -> Any:
+    base = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    a = base.mul(1)
+    outs = fn(a)
+    with torch.set_grad_enabled(not under_no_grad):
+        a.mul_(2)
+    result = outcome(lambda: torch.stack([outs[k].sum() for k in through]).sum().backward())
+    return result[:2], None if base.grad is None else base.grad.clone()
+
+
+@pytest.mark.parametrize("under_no_grad", [False, True], ids=["grad", "no_grad"])
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize("view", list(INPUT_VIEWS))
+@pytest.mark.parametrize("saver", list(INPUT_SAVERS))
+def test_a_saved_view_of_a_written_input_raises_where_eager_reaches_the_saver(
+    saver: str, view: str, entry: str, under_no_grad: bool
+) -> None:
+    """The input written after the call: a backward through the saver's output raises as eager's does (the
+    prototype's compiled backward, which saved a value computed from a multi-output view, used to run silently
+    with the old value's gradient: fuzzer s1808_751); through another output it runs, with eager's gradients."""
+    program = saving_an_input_view(INPUT_SAVERS[saver], INPUT_VIEWS[view])
+    for through in [(2,), (1, 2)]:
+        expected = input_written_then_backward(program, through, under_no_grad)
+        assert expected[0] == (("ok", None) if through == (2,) else ("raised", "RuntimeError"))
+        actual = input_written_then_backward(compiled(entry, program), through, under_no_grad)
+        assert actual[0] == expected[0], through
+        if expected[0][0] == "ok":
+            torch.testing.assert_close(actual[1], expected[1])

@@ -95,7 +95,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._TorchCompileInductorWrapper.__call__": _BOTH,
     "torch._functionalize_is_multi_output_view": _BOTH,
     "torch._functorch.config: view_replay_for_aliased_outputs, enable_autograd_cache": _BOTH,
-    "torch._inductor.config: fx_graph_cache; fallback_random (random_draws.py)": _BOTH,
+    "torch._inductor.config: fx_graph_cache; fallback_random, default_partition's refusal (random_draws.py)": _BOTH,
     "torch._functorch._aot_autograd.runtime_wrappers.gen_alias_from_base (its signature, bound by name)": _BOTH,
     "torch._C._set_grad_enabled": _BOTH,
     "torch.fx.experimental.proxy_tensor: get_proxy_mode, track_tensor_tree, disable_proxy_modes_tracing; "
@@ -395,6 +395,6 @@ def two_tensor_class() -> type:
 from .dynamo_break import graph_break_writes  # noqa: E402, F401
 from .dynamo_inputs import restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
-from .random_draws import keeping_random_draws  # noqa: E402, F401
+from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401
 from .saved_for_backward import backward_reads, backward_reads_result, eager_node_name, mark_must_recompute  # noqa: E402, F401
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402

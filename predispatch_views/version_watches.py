@@ -1,0 +1,230 @@
+"""Stage 4b: the runtime's version watches. Where a compiled backward cannot raise eager's version error where and
+as eager's does, a pre-hook on the compiled node raises it.
+
+Note [Eager's version error]
+A core output eager's own node saves for backward (an op whose backward reads its result: ``tanh``, ``sigmoid``,
+``exp``, ``relu``), written in place by the caller, makes eager's backward raise "one of the variables needed for
+gradient computation has been modified by an inplace operation: [torch.FloatTensor [3, 4]], which is output 0 of
+Tanh, is at version 1; expected version 0 instead. ...". The compiled backward saved the compiled function's own
+output, a tensor no node of eager's made, so its message lacks ", which is output 0 of Tanh" (stock's too); or
+the partitioner recomputed the value from the inputs and the compiled backward runs where eager's raises. The
+runtime watches each such output: a pre-hook on its compiled node raises eager's error, naming eager's node
+(_torch_internals.eager_node_name), when a gradient reaches the node at an output computed from it (where
+eager's backward reaches the node that saved it) and its version has moved since the core returned it. Not where
+compiled autograd is configured when the graph compiles: its reordering of traced pre-hooks raised StopIteration
+on this hook (tests/test_interactions.py); a hook met under compiled autograd returns without raising. The
+price: one pre-hook per call and watched output (about 10-15 us of CPU, mostly ``register_prehook``); a program
+whose outputs no such op made pays nothing. The same watch serves two more cases:
+- an output whose alias a core op saves: Note [A saved alias of a value the caller can write] in saved_aliases.py;
+- an input whose view a core op saves: Note [A saved view of an input the epilogue views] below.
+
+Note [A saved view of an input the epilogue views]
+``t1 = a.view(1, 4).split(2, 1)[1]; return t1, t1.sin()``: eager's ``sin`` saves ``t1``, a view of the input
+``a``, so a later write to ``a`` (the next graph's ``torch.add(a, a, out=a)`` under no_grad, or the caller's)
+makes eager's backward raise where it reaches ``sin``'s node. Stock's graph returns ``t1``, and the partitioner
+saves that output (a view sharing ``a``'s version counter), so stock's backward raises too. The core does not
+return ``t1`` (the epilogue replays it), and the min-cut partitioner saved ``cos(t1)`` instead: nothing the
+compiled backward saved shares ``a``'s version counter, so its backward ran silently on the old value, and the
+caller's second backward then met eager's freed nodes behind it (fuzzer s1808_751: "backward through the graph a
+second time", where eager's and stock's first backward raised and left them). So where a core op autograd records
+saves (as eager's backward reads it) a view of an input the epilogue also views, the runtime watches the input:
+the pre-hook raises the version error when a gradient reaches the node at an output computed from the op and the
+input's version has moved since the core returned. The hook holds a detached alias of the input, as eager's node
+holds the view: no more memory than eager keeps. A saved input itself, or a view of an input nothing replays, is
+left alone: stock's graph is the core there, and its partitioner chooses as the core's. Under compiled autograd no
+hook raises, so such a graph falls back to stock (``fallback_under_compiled_autograd``).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import fx
+
+from . import _torch_internals as ti
+from . import graph_ops
+from .fallbacks import Fallback, FallbackKind
+from .saved_aliases import separated_value
+from .slicing import SlicedProgram
+
+
+@dataclass(frozen=True)
+class VersionWatch:
+    source: Literal["output", "input"]  # a core output (held weakly) or a graph input (held as a detached alias)
+    index: int
+    readers: tuple[int, ...]  # the core outputs computed from the node that saved it (or an alias of it)
+    name: str | None = None  # eager's node that made the saved value, where eager's message names it
+    shape: tuple[int, ...] | None = None  # the saved value's shape, where it is an alias of the watched tensor
+
+
+def watch_lines(sliced: SlicedProgram, core_output: dict[int, str], bind: Callable[[Any, str], str]) -> list[str]:
+    """The epilogue's lines that set the core's watches up, right after the core returns."""
+    if ti.compiled_autograd_configured():
+        return []
+    lines = []
+    for w in core_watches(sliced):
+        watched = core_output[w.index] if w.source == "output" else f"args[{w.index}]"
+        fn = bind(functools.partial(watch, source=w.source, name=w.name, shape=w.shape), "_watch")
+        lines.append(f"{fn}({watched}, ({''.join(core_output[j] + ', ' for j in w.readers)}))")
+    return lines
+
+
+def core_watches(sliced: SlicedProgram) -> list[VersionWatch]:
+    aliases = [VersionWatch("output", w.output, w.readers, None, w.saved_shape) for w in sliced.saved_alias_watches]
+    return saved_results(sliced.core) + aliases + saved_input_views(sliced)
+
+
+def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
+    """Each core output whose op's backward reads its result (Note [Eager's version error])."""
+    # A value returned through its separating _unsafe_view (saved_aliases.py) is watched as the value itself.
+    returned = [separated_value(n) for n in graph_ops.as_tuple(core.graph.output_node().args[0])]
+    found = []
+    for k, n in enumerate(returned):
+        if not isinstance(n, fx.Node) or n.op not in ("call_function", "call_method"):
+            continue
+        reads = graph_ops.saved_by_backward(n)
+        if reads is None or not reads[1] or not isinstance(graph_ops.example_value(n), torch.Tensor):
+            continue
+        target = getattr(torch.Tensor, str(n.target), None) if n.op == "call_method" else n.target
+        args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), graph_ops.example_value)
+        name = ti.eager_node_name(target, args, kwargs) if callable(target) else None
+        if name is not None:
+            below = graph_ops.descendants(n)
+            readers = tuple(j for j, m in enumerate(returned) if m is n or m in below)
+            found.append(VersionWatch("output", k, readers, name))
+    return found
+
+
+def saved_input_views(sliced: SlicedProgram) -> list[VersionWatch]:
+    """Each input the epilogue views of which a core op run with grad mode on saves a view for its backward (Note [A
+    saved view of an input the epilogue views]). Ops whose backward's reads are unknown are left out."""
+    core = sliced.core
+    placeholders = {p: i for i, p in enumerate(core.graph.find_nodes(op="placeholder"))}
+    viewed = {s.index for s in sliced.sources if s.kind == "arg"}
+    returned = graph_ops.as_tuple(core.graph.output_node().args[0])
+    found: dict[int, tuple[tuple[int, ...], set[int]]] = {}
+    grad_enabled = torch.is_grad_enabled()
+    for n in core.graph.nodes:
+        if graph_ops.is_grad_mode_change(n):
+            grad_enabled = bool(n.args[0])
+            continue
+        if not grad_enabled or n.op not in ("call_function", "call_method") or graph_ops.mutated_input(n) is not None:
+            continue  # an in-place op's backward reads a copy of its input's old value (saved_aliases.py)
+        saved = graph_ops.saved_by_backward(n)
+        for v in saved[0] if saved is not None else ():
+            i = placeholders.get(_viewed_input(v))  # type: ignore[arg-type]
+            if i is None or i not in viewed:
+                continue
+            below = graph_ops.descendants(n)
+            readers = {j for j, m in enumerate(returned) if m is n or m in below}
+            if readers:
+                shape = tuple(getattr(graph_ops.example_value(v), "shape", ()))
+                found.setdefault(i, (shape, set()))[1].update(readers)
+    return [VersionWatch("input", i, tuple(sorted(r)), None, shape) for i, (shape, r) in sorted(found.items())]
+
+
+def fallback_under_compiled_autograd(sliced: SlicedProgram, example_inputs: Sequence[Any]) -> Fallback | None:
+    """Note [A saved view of an input the epilogue views]: its check is a pre-hook, which compiled autograd does not
+    run, so there the graph goes to stock."""
+    if not ti.compiled_autograd_configured():
+        return None
+    for w in saved_input_views(sliced):
+        if getattr(example_inputs[w.index], "requires_grad", False):
+            return Fallback(
+                FallbackKind.SAVED_INPUT_VIEW_UNDER_COMPILED_AUTOGRAD,
+                f"an op of the compiled region saves a view of input {w.index} for backward, which the epilogue views "
+                "too: with compiled autograd on, no pre-hook checks that input's version where the compiled backward "
+                "may not",
+            )
+    return None
+
+
+def _viewed_input(v: fx.Node) -> fx.Node | None:
+    """The placeholder ``v`` is a view (of a view...) of, through no ``detach``; None if ``v`` is none (or is the
+    placeholder itself)."""
+    value = graph_ops.example_value(v)
+    if not isinstance(value, torch.Tensor):
+        return None
+    storage, n = ti.storage_id(value), v
+    while n.op != "placeholder":
+        if n.op not in ("call_function", "call_method") or not n.args or not isinstance(n.args[0], fx.Node):
+            return None
+        if graph_ops.schema_name(n) == "detach" or n.target in ("detach", torch.detach):
+            return None
+        n = n.args[0]
+        value = graph_ops.example_value(n)
+        if isinstance(value, torch.Tensor) and ti.storage_id(value) != storage:
+            return None
+    return n if n is not v else None
+
+
+def watching_saved_results(gm: fx.GraphModule, run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` (Dynamo's graph compiled whole), watching the outputs eager's nodes save (Note [Eager's version
+    error]); ``run`` itself where there are none."""
+    watched = saved_results(gm)
+    if not watched or ti.compiled_autograd_configured():
+        return run
+
+    def watching(*args: Any) -> Any:
+        outs = run(*args)
+        for w in watched:
+            watch(outs[w.index], tuple(outs[j] for j in w.readers), source="output", name=w.name)
+        return outs
+
+    return watching
+
+
+def watch(
+    t: torch.Tensor,
+    readers: tuple[torch.Tensor, ...],
+    *,
+    source: Literal["output", "input"],
+    name: str | None,
+    shape: tuple[int, ...] | None = None,
+) -> None:
+    """Raise eager's error where eager's backward would meet a saved ``t`` (or a saved alias of it) written."""
+    node = next((r.grad_fn for r in readers if r.grad_fn is not None), None)
+    if node is None or not t.requires_grad:
+        return
+    positions = [r.output_nr for r in readers if r.grad_fn is node]
+    # An output is held weakly: a strong reference keeps the output, its node and what that saved alive in a cycle.
+    held: Callable[[], torch.Tensor | None] = weakref.ref(t) if source == "output" else _holder(t.detach())
+    node.register_prehook(functools.partial(_check, held, t._version, positions, name, shape))
+
+
+def _holder(t: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: t
+
+
+def _check(
+    held: Callable[[], torch.Tensor | None],
+    version: int,
+    positions: list[int],
+    name: str | None,
+    shape: tuple[int, ...] | None,
+    grads: tuple[Any, ...],
+) -> None:
+    """The pre-hook."""
+    t = held()
+    if t is None or t._version == version or all(grads[p] is None for p in positions):
+        return
+    if ti.compiled_autograd_configured():  # asked only here: reading Dynamo's config costs microseconds
+        return
+    hint = (
+        "the backtrace further above shows the operation that failed to compute its gradient. The variable in "
+        "question was changed in there or anywhere later. Good luck!"
+        if torch.is_anomaly_enabled()
+        else "enable anomaly detection to find the operation that failed to compute its gradient, with "
+        "torch.autograd.set_detect_anomaly(True, check_nan=False)."
+    )
+    made_by = f", which is output 0 of {name}," if name is not None else ""
+    raise RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an inplace operation: "
+        f"[{t.type()} {list(t.shape if shape is None else shape)}]{made_by} is at version {t._version}; expected "
+        f"version {version} instead. Hint: {hint}"
+    )
