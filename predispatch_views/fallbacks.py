@@ -28,7 +28,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "changes a tensor's storage",
     )
-
     READ_AFTER_UNRECOMPUTABLE_MUTATION = FallbackReason(
         "compiled code that reads a base after a mutation that must be replayed in eager and that the core cannot "
         "recompute out of place (a write through a view, or under no_grad), where the program cannot be cut in two "
@@ -131,7 +130,6 @@ class FallbackKind(enum.Enum):
         "graph_break_rules.py",
         "which returns its input in eager where Dynamo's fake allocates",
     )
-
     NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK = FallbackReason(
         "a call of a graph Dynamo resumed after a graph break that returns a view taken under no_grad of an input "
         "sharing storage with a view stock returned for a graph that fell back",
@@ -143,7 +141,6 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "in a graph Dynamo resumed after a graph break",
     )
-
     CORE_WRITES_THROUGH_A_VIEW = FallbackReason(
         "a base the epilogue views, or a value returned as is, that the compiled region writes through a full view",
         "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views it` (or `and "
@@ -153,7 +150,6 @@ class FallbackKind(enum.Enum):
         "output_rules.py",
         "AOTAutograd would return it as an alias of its own base",
     )
-
     UNREPRODUCED_OUTPUT_ALIAS = FallbackReason(
         "an output that aliases an input or another output in the trace but that no replayable view call produces",
         "`output <k> (<node>, <op>) aliases <input or output> in the trace, but no view call the epilogue can replay "
@@ -163,7 +159,6 @@ class FallbackKind(enum.Enum):
         "output_rules.py",
         "the epilogue can replay produces it",
     )
-
     VIEW_FN_WRITE_UNDER_COMPILED_AUTOGRAD = FallbackReason(
         "a write replayed in eager through a `view_as_real`, `view_as_complex` or `conj` view, with compiled autograd "
         "on",
@@ -174,18 +169,16 @@ class FallbackKind(enum.Enum):
         "fallback_rules.py",
         "which compiled autograd (on) rejects",
     )
-
     SAVED_INPUT_VIEW_UNDER_COMPILED_AUTOGRAD = FallbackReason(
         "a compiled op that saves for backward a view of an input the epilogue views too, with compiled autograd on",
         "`an op of the compiled region saves a view of input <i> for backward, which the epilogue views too: with "
         "compiled autograd on, no pre-hook checks that input's version where the compiled backward may not`",
         "eager's backward raises if the input is written before it; the partitioner may save a value computed from "
         "the view instead (stock's graph returns the view and saves it), and the runtime's check is a pre-hook, "
-        "which compiled autograd does not run. Note [A saved view of an input the epilogue views] in runtime.py.",
-        "pipeline.py",
+        "which compiled autograd does not run (Note [A saved view of an input the epilogue views]).",
+        "version_watches.py",
         "no pre-hook checks that input's version",
     )
-
     INFERENCE_MODE_IN_GRAPH = FallbackReason(
         "an `inference_mode` region inside a Dynamo graph",
         "`an inference_mode region inside the graph` (Dynamo path)",
@@ -194,7 +187,6 @@ class FallbackKind(enum.Enum):
         "capture.py",
         "an inference_mode region inside the graph",
     )
-
     AUTOGRAD_FUNCTION_IN_GRAPH = FallbackReason(
         "a custom `autograd.Function` that marks an input dirty (`ctx.mark_dirty`), where the program cannot be cut "
         "around the call to run it in eager between two compiled segments (Note [Segments]), or marks a nested input",
@@ -244,7 +236,6 @@ class FallbackKind(enum.Enum):
         "capture.py",
         "Dynamo inlined the forward of autograd.Function",
     )
-
     CAPTURE_FAILED = FallbackReason(
         "a program the pre-dispatch capture cannot trace (compile_function then runs it eagerly)",
         "`pre-dispatch capture failed: ...`",
@@ -333,7 +324,6 @@ class FallbackKind(enum.Enum):
         "compile_function.py",
         "the function rebinds",
     )
-
     CAPTURED_GRAPH_COMPILE_FAILED = FallbackReason(
         "compile_function only: a captured graph that fails to compile",
         "`compiling the captured graph failed: ...`",
@@ -341,7 +331,6 @@ class FallbackKind(enum.Enum):
         "compile_function.py",
         "compiling the captured graph failed",
     )
-
     RESTRICTED_VIEW_WRITTEN = FallbackReason(
         "a graph given a view autograd forbids rebasing (a multi-output or no_grad view) that writes an alias of it: "
         "that call runs the graph uncompiled",
@@ -352,7 +341,6 @@ class FallbackKind(enum.Enum):
         "pipeline.py",
         "runs uncompiled for such calls",
     )
-
     UNFAITHFUL_TRACE_IN_FUNCTION = FallbackReason(
         "compile_function only: a write over its own input in another layout (`torch.sin(x.t(), out=x)`), unless cut "
         "around, or a metadata mutation of a dropout that returns its input",
@@ -363,7 +351,6 @@ class FallbackKind(enum.Enum):
         "function_rules.py",
         "the trace cannot reproduce it",
     )
-
     RESTRICTED_VIEW_WRITTEN_IN_FUNCTION = FallbackReason(
         "compile_function only: the same, for the function's own inputs (it runs eagerly)",
         "`input <k> is a view autograd forbids rebasing, and the function writes an alias of it`",
@@ -371,7 +358,6 @@ class FallbackKind(enum.Enum):
         "compile_function.py",
         "the function writes an alias of it",
     )
-
     INNER_BACKEND_REJECTED = FallbackReason(
         "a graph the inner backend fails to compile where eager runs it (inputs sharing storage, views an earlier "
         "graph returned; a version-counter error eager raises only in backward; a view's lazy error eager raises only "
@@ -385,7 +371,6 @@ class FallbackKind(enum.Enum):
         "inner_backend.py",
         "the graph runs uncompiled (Note [Graphs the inner",
     )
-
     INTERNAL_ERROR = FallbackReason(
         "an internal error of the pipeline",
         "`internal error in the view-replay pipeline: ...`",
