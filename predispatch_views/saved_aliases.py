@@ -15,7 +15,7 @@ Optimization]). Fuzzer s1808_2663.
 The core returns such an output as ``_unsafe_view(value)``: the same storage, a version counter of its own, and no
 view relation autograd would track (what AOTAutograd does for an output aliasing an intermediate). The compiled
 backward's saved alias then never sees the caller's writes. Eager's error where eager's backward does reach the
-saver is kept by a watch, as in Note [Eager's version error] (runtime.py): a pre-hook on the core's node raises it
+saver is kept by a watch (Note [Eager's version error] in version_watches.py): a pre-hook on the core's node raises it
 when a gradient arrives at an output computed from the saver and the returned value's version has moved since the
 core returned it. Only for a call autograd records (a call under no_grad saves nothing), only where the core may
 be differentiated (the slicer is given which inputs require grad), only for an output that no other core output
