@@ -260,9 +260,11 @@ def _requires_grad(
     return frozenset(out)
 
 
-def recorded_calls(nodes: list[fx.Node], grad_enabled: bool, input_requires_grad: Sequence[bool]) -> frozenset[fx.Node]:
-    """The calls autograd records: run with grad mode on, reading a value that requires grad. An ATen graph or
-    Dynamo's (whose method calls count too)."""
+def grad_flow(
+    nodes: list[fx.Node], grad_enabled: bool, input_requires_grad: Sequence[bool]
+) -> tuple[frozenset[fx.Node], frozenset[fx.Node]]:
+    """(The calls autograd records: run with grad mode on, reading a value that requires grad; the values that
+    require grad.) An ATen graph or Dynamo's (whose method calls count too); ``detach`` ends the flow."""
     placeholders = [n for n in nodes if n.op == "placeholder"]
     requires_grad = {p for p, r in zip(placeholders, input_requires_grad) if r}
     recorded: set[fx.Node] = set()
@@ -276,7 +278,7 @@ def recorded_calls(nodes: list[fx.Node], grad_enabled: bool, input_requires_grad
                 recorded.add(n)
             if (grad or target in requires_grad) and graph_ops.schema_name(n) != "detach" and n.target != "detach":
                 requires_grad.add(n)
-    return frozenset(recorded)
+    return frozenset(recorded), frozenset(requires_grad)
 
 
 def _under_no_grad(nodes: list[fx.Node], grad_enabled: bool) -> frozenset[fx.Node]:

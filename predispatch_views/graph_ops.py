@@ -166,15 +166,20 @@ def saved_by_backward(node: fx.Node) -> tuple[set[fx.Node], bool] | None:
 
 
 def _backward_reads(node: fx.Node) -> Any:
+    if (op := callable_of(node)) is None:
+        return None
+    args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), example_value)
+    return ti.backward_reads(op, args, kwargs)
+
+
+def callable_of(node: fx.Node) -> Any:
+    """What an ATen call, or a torch-level call of Dynamo's graph, calls (None for ``getitem`` and the rest)."""
     op: Any = _overload(node)
     if op is None and node.op == "call_method":
         op = getattr(torch.Tensor, str(node.target), None)
     elif op is None and node.op == "call_function" and node.target is not operator.getitem:
         op = node.target
-    if op is None or not callable(op):
-        return None
-    args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), example_value)
-    return ti.backward_reads(op, args, kwargs)
+    return op if callable(op) else None
 
 
 def example_value(a: Any) -> Any:

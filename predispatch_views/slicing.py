@@ -80,7 +80,7 @@ class SlicedProgram:
     epilogue: fx.GraphModule  # one placeholder per entry of `sources`; returns the program's outputs
     sources: tuple[InputSource, ...]
     parts: tuple[CorePart, ...]  # the core, cut into independent parts (one: the whole core)
-    saved_alias_watches: tuple[SavedAliasWatch, ...] = ()  # Note [A saved alias of a value the caller can write]
+    saved_alias_watches: tuple[SavedAliasWatch, ...] = ()  # saved_aliases.py
 
     @property
     def core_is_empty(self) -> bool:
@@ -120,7 +120,8 @@ def slice_graph(
     ]
     watches: tuple[SavedAliasWatch, ...] = ()
     if input_requires_grad is not None:  # Note [A saved alias of a value the caller can write] in saved_aliases.py
-        returned, watches = separate_saved_aliases(core_graph, returned, input_requires_grad)
+        read_inputs = {env[n] for n in crossing if n in placeholder_index}
+        returned, watches = separate_saved_aliases(core_graph, returned, input_requires_grad, read_inputs)
     core_graph.output(tuple(returned))
 
     epilogue_graph = fx.Graph()

@@ -16,23 +16,7 @@ on this hook (tests/test_interactions.py); a hook met under compiled autograd re
 price: one pre-hook per call and watched output (about 10-15 us of CPU, mostly ``register_prehook``); a program
 whose outputs no such op made pays nothing. The same watch serves two more cases:
 - an output whose alias a core op saves: Note [A saved alias of a value the caller can write] in saved_aliases.py;
-- an input whose view a core op saves: Note [A saved view of an input the epilogue views] below.
-
-Note [A saved view of an input the epilogue views]
-``t1 = a.view(1, 4).split(2, 1)[1]; return t1, t1.sin()``: eager's ``sin`` saves ``t1``, a view of the input
-``a``, so a later write to ``a`` (the next graph's ``torch.add(a, a, out=a)`` under no_grad, or the caller's)
-makes eager's backward raise where it reaches ``sin``'s node. Stock's graph returns ``t1``, and the partitioner
-saves that output (a view sharing ``a``'s version counter), so stock's backward raises too. The core does not
-return ``t1`` (the epilogue replays it), and the min-cut partitioner saved ``cos(t1)`` instead: nothing the
-compiled backward saved shares ``a``'s version counter, so its backward ran silently on the old value, and the
-caller's second backward then met eager's freed nodes behind it (fuzzer s1808_751: "backward through the graph a
-second time", where eager's and stock's first backward raised and left them). So where a core op autograd records
-saves (as eager's backward reads it) a view of an input the epilogue also views, the runtime watches the input:
-the pre-hook raises the version error when a gradient reaches the node at an output computed from the op and the
-input's version has moved since the core returned. The hook holds a detached alias of the input, as eager's node
-holds the view: no more memory than eager keeps. A saved input itself, or a view of an input nothing replays, is
-left alone: stock's graph is the core there, and its partitioner chooses as the core's. Under compiled autograd no
-hook raises, so such a graph falls back to stock (``fallback_under_compiled_autograd``).
+- an input whose view a core op saves: Note [A saved view of an input the epilogue views] in saved_aliases.py.
 """
 
 from __future__ import annotations
@@ -75,8 +59,8 @@ def watch_lines(sliced: SlicedProgram, core_output: dict[int, str], bind: Callab
 
 
 def core_watches(sliced: SlicedProgram) -> list[VersionWatch]:
-    aliases = [VersionWatch("output", w.output, w.readers, None, w.saved_shape) for w in sliced.saved_alias_watches]
-    return saved_results(sliced.core) + aliases + saved_input_views(sliced)
+    saved = [VersionWatch(w.source, w.index, w.readers, None, w.saved_shape) for w in sliced.saved_alias_watches]
+    return saved_results(sliced.core) + saved
 
 
 def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
@@ -100,41 +84,13 @@ def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
     return found
 
 
-def saved_input_views(sliced: SlicedProgram) -> list[VersionWatch]:
-    """Each input the epilogue views of which a core op run with grad mode on saves a view for its backward (Note [A
-    saved view of an input the epilogue views]). Ops whose backward's reads are unknown are left out."""
-    core = sliced.core
-    placeholders = {p: i for i, p in enumerate(core.graph.find_nodes(op="placeholder"))}
-    viewed = {s.index for s in sliced.sources if s.kind == "arg"}
-    returned = graph_ops.as_tuple(core.graph.output_node().args[0])
-    found: dict[int, tuple[tuple[int, ...], set[int]]] = {}
-    grad_enabled = torch.is_grad_enabled()
-    for n in core.graph.nodes:
-        if graph_ops.is_grad_mode_change(n):
-            grad_enabled = bool(n.args[0])
-            continue
-        if not grad_enabled or n.op not in ("call_function", "call_method") or graph_ops.mutated_input(n) is not None:
-            continue  # an in-place op's backward reads a copy of its input's old value (saved_aliases.py)
-        saved = graph_ops.saved_by_backward(n)
-        for v in saved[0] if saved is not None else ():
-            i = placeholders.get(_viewed_input(v))  # type: ignore[arg-type]
-            if i is None or i not in viewed:
-                continue
-            below = graph_ops.descendants(n)
-            readers = {j for j, m in enumerate(returned) if m is n or m in below}
-            if readers:
-                shape = tuple(getattr(graph_ops.example_value(v), "shape", ()))
-                found.setdefault(i, (shape, set()))[1].update(readers)
-    return [VersionWatch("input", i, tuple(sorted(r)), None, shape) for i, (shape, r) in sorted(found.items())]
-
-
 def fallback_under_compiled_autograd(sliced: SlicedProgram, example_inputs: Sequence[Any]) -> Fallback | None:
-    """Note [A saved view of an input the epilogue views]: its check is a pre-hook, which compiled autograd does not
-    run, so there the graph goes to stock."""
+    """Note [A saved view of an input the epilogue views] in saved_aliases.py: its check is a pre-hook, which
+    compiled autograd does not run, so there the graph goes to stock."""
     if not ti.compiled_autograd_configured():
         return None
-    for w in saved_input_views(sliced):
-        if getattr(example_inputs[w.index], "requires_grad", False):
+    for w in sliced.saved_alias_watches:
+        if w.source == "input" and getattr(example_inputs[w.index], "requires_grad", False):
             return Fallback(
                 FallbackKind.SAVED_INPUT_VIEW_UNDER_COMPILED_AUTOGRAD,
                 f"an op of the compiled region saves a view of input {w.index} for backward, which the epilogue views "
@@ -142,25 +98,6 @@ def fallback_under_compiled_autograd(sliced: SlicedProgram, example_inputs: Sequ
                 "may not",
             )
     return None
-
-
-def _viewed_input(v: fx.Node) -> fx.Node | None:
-    """The placeholder ``v`` is a view (of a view...) of, through no ``detach``; None if ``v`` is none (or is the
-    placeholder itself)."""
-    value = graph_ops.example_value(v)
-    if not isinstance(value, torch.Tensor):
-        return None
-    storage, n = ti.storage_id(value), v
-    while n.op != "placeholder":
-        if n.op not in ("call_function", "call_method") or not n.args or not isinstance(n.args[0], fx.Node):
-            return None
-        if graph_ops.schema_name(n) == "detach" or n.target in ("detach", torch.detach):
-            return None
-        n = n.args[0]
-        value = graph_ops.example_value(n)
-        if isinstance(value, torch.Tensor) and ti.storage_id(value) != storage:
-            return None
-    return n if n is not v else None
 
 
 def watching_saved_results(gm: fx.GraphModule, run: Callable[..., Any]) -> Callable[..., Any]:

@@ -194,3 +194,38 @@ def test_a_saved_view_of_a_written_input_raises_where_eager_reaches_the_saver(
         assert actual[0] == expected[0], through
         if expected[0][0] == "ok":
             torch.testing.assert_close(actual[1], expected[1])
+
+
+NON_SAVERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "dropout": lambda t: torch.nn.functional.dropout(t, 0.5, True),  # s1809_447: saves its mask, not its input
+    "relu_of_a_copy": lambda t: t.clone().relu(),  # saves its result, a fresh tensor
+    "add": lambda t: t + 1,
+}
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize("alias", ["transpose", "the_base"])
+@pytest.mark.parametrize("op", list(NON_SAVERS))
+def test_an_op_eager_saves_nothing_of_never_raises(op: str, alias: str, entry: str) -> None:
+    """The watches ask eager which values a call saves (not the superset the partitioner may read): a write, then a
+    backward through everything, runs as eager's does (fuzzer s1809_447: a watch on ``dropout``'s input raised)."""
+    program = saving_an_alias(NON_SAVERS[op], RETURNED_ALIASES[alias])
+    expected = alias_written_then_backward(program, (0, 1, 2))
+    assert expected[0] == ("ok", None)
+    actual = alias_written_then_backward(compiled(entry, program), (0, 1, 2))
+    assert actual[0] == expected[0]
+    if op != "dropout":  # a compiled dropout draws its own mask
+        torch.testing.assert_close(actual[1], expected[1])
+
+
+@pytest.mark.parametrize("through", [(0, 2), (0, 1, 2)])
+def test_a_saved_alias_under_inductor(through: tuple[int, ...]) -> None:
+    """Inductor returned the saved buffer itself for an ``_unsafe_view`` written into the core; an ``alias`` output
+    goes through AOTAutograd's own ``_unsafe_view`` (Note [A saved alias of a value the caller can write])."""
+    program = saving_an_alias(torch.sin, RETURNED_ALIASES["transpose"])
+    expected = alias_written_then_backward(program, through)
+    torch._dynamo.reset()
+    actual = alias_written_then_backward(torch.compile(program, backend=pv.backend("inductor", strict=True)), through)
+    assert actual[0] == expected[0]
+    if expected[0][0] == "ok":
+        torch.testing.assert_close(actual[1], expected[1])

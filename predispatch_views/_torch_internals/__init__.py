@@ -83,6 +83,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._guards.TracingContext: try_get, tensor_to_context, get_traced_code": _BOTH,
     "torch.fx.experimental.proxy_tensor.make_fx(tracing_mode='real') of an op and its autograd.grad, meta-device "
     "inputs, under torch._subclasses.fake_tensor.unset_fake_temporarily (saved_for_backward.py)": _BOTH,
+    "autograd nodes' _saved_* attributes and next_functions, on meta tensors (eager_saved_inputs)": _BOTH,
     "torch._debug_has_internal_overlap (has_internal_overlap)": ("2.13.0",),
     "torch._functorch.autograd_function.DynamoAutogradFunctionTraceHelper.fwd_trace_helper's nested ``inner`` "
     "(dynamo_traced_code.py; without it every traced forward counts as inlined)": _BOTH,
@@ -390,11 +391,10 @@ def two_tensor_class() -> type:
     return TwoTensor
 
 
-# Dynamo's record (Functions it inlined, a break's writes, inputs); random draws kept; what backward reads; the
-# stock variants the comparison emulates (compare/strategies.py: AOTAutograd's output regeneration patched).
+# Dynamo's record; random draws kept; what backward reads; the stock variants compare/strategies.py emulates.
 from .dynamo_break import graph_break_writes  # noqa: E402, F401
 from .dynamo_inputs import restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
 from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401
-from .saved_for_backward import backward_reads, backward_reads_result, eager_node_name, mark_must_recompute  # noqa: E402, F401
+from .saved_for_backward import backward_reads, eager_node_name, eager_saved_inputs, mark_must_recompute  # noqa: E402, F401
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402

@@ -181,6 +181,60 @@ def _node_name(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | 
     return None if node is None else re.sub(r"Backward\d*$", "", node.name())
 
 
+def eager_saved_inputs(
+    op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], requires_grad: tuple[bool, ...]
+) -> frozenset[int] | None:
+    """The tensor inputs (positions among the pytree leaves of ``(args, kwargs)``) that eager's own nodes save for
+    ``op(*args, **kwargs)``, the k-th tensor leaf requiring grad as ``requires_grad[k]`` says: the call run on meta
+    tensors, and the ``_saved_*`` values of the nodes it records read (a composite op records several). Exact where
+    ``backward_reads`` is a superset: eager saves ``self`` for ``mul`` only where ``other`` requires grad, and a
+    dropout's input not at all. None where the call fails on meta tensors. Cached per op, signature and flags."""
+    return _cached(_SAVED_INPUTS, _saved_inputs, op, args, {**kwargs, _FLAGS: requires_grad})
+
+
+_SAVED_INPUTS: dict[Any, frozenset[int] | None] = {}
+_FLAGS = "__predispatch_views_requires_grad__"
+
+
+def _saved_inputs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> frozenset[int] | None:
+    flags = kwargs.pop(_FLAGS)
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    tensors = [k for k, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+    try:
+        with torch.inference_mode(False), torch.enable_grad(), _no_anomaly(), unset_fake_temporarily():
+            filled = [_hint(v) for v in leaves]
+            for k, flag in zip(tensors, flags):
+                e = torch.empty([_hint(s) for s in leaves[k].shape], dtype=leaves[k].dtype, device="meta")
+                filled[k] = e.requires_grad_(flag and (e.is_floating_point() or e.is_complex()))
+            call_args, call_kwargs = pytree.tree_unflatten(filled, spec)
+            out = op(*call_args, **call_kwargs)
+            storages = {filled[k].untyped_storage()._cdata: k for k in tensors}
+            saved: set[int] = set()
+            for node in _recorded_nodes(out, {id(filled[k]) for k in tensors}):
+                for name in dir(node):
+                    if name.startswith("_saved_"):
+                        value = getattr(node, name)
+                        for t in value if isinstance(value, (list, tuple)) else (value,):
+                            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata in storages:
+                                saved.add(storages[t.untyped_storage()._cdata])
+    except Exception:
+        return None
+    return frozenset(saved)
+
+
+def _recorded_nodes(out: Any, inputs: set[int]) -> list[Any]:
+    """The autograd nodes between ``out`` and the leaves (the call's own record)."""
+    stack = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    found: dict[int, Any] = {}
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in found or type(node).__name__ == "AccumulateGrad":
+            continue
+        found[id(node)] = node
+        stack += [n for n, _ in node.next_functions]
+    return list(found.values())
+
+
 _RESULT = "result"
 _SHAPE_ONLY = {
     torch.ops.aten.sym_size.int,
