@@ -360,13 +360,14 @@ class FallbackKind(enum.Enum):
     )
     INNER_BACKEND_REJECTED = FallbackReason(
         "a graph the inner backend fails to compile where eager runs it (inputs sharing storage, views an earlier "
-        "graph returned; a version-counter error eager raises only in backward; a view's lazy error eager raises only "
-        "where it is read; a random draw nothing reads, kept): it runs uncompiled",
+        "graph returned; a version-counter error or a missing derivative eager raises only in backward; a view's lazy "
+        "error eager raises only where it is read; a random draw nothing reads, kept): it runs uncompiled",
         "`the inner backend raised <error> on inputs that share storage (...)`, `... while tracing the backward "
         "(...)`, `... reading the grad_fn of a view ...` or `... on a random draw ...`: `the graph runs uncompiled`",
         'uncompiled is Dynamo with `backend="eager"`, eager\'s own behaviour (Note [Graphs the inner backend '
         "rejects]): AOTAutograd's synthetic-base path raises on aliased inputs only the prototype hands over (2.13, "
-        "dynamic shapes; s62_92); its joint trace raises eager's backward and lazy view errors early; its partitioner "
+        "dynamic shapes; s62_92); its joint trace raises eager's backward errors (s1809_550: no derivative for a "
+        "`copy` in compiled autograd's graph) and lazy view errors early; its partitioner "
         "refuses a dead multi-output draw kept as eager draws it (2.13, 2.14.1; s1808_1837).",
         "inner_backend.py",
         "the graph runs uncompiled (Note [Graphs the inner",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import resource
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -68,6 +69,9 @@ def inner_or_uncompiled(
       by an inplace operation"): AOTAutograd traces the backward at compile time and meets, for every program,
       the error eager raises only when a backward reaches that node (``t0 = a.tanh(); t0.uniform_()``, fuzzer
       s1101_80). Eager's forward runs; so does Dynamo's graph uncompiled, and its backward raises eager's error.
+    - An op without a derivative ("derivative for aten::copy is not implemented"): eager records a node that raises
+      only in backward. Compiled autograd's graph of a replayed write's ``CopySlices`` holds a functional ``copy``,
+      which AOTAutograd's joint trace refuses (fuzzer s1809_550, where the ceiling runs the backward).
     - A view's lazy error ("Output 1 of Unbind is a view and its base or another view of its base has been
       modified inplace", the same for a view made under no_grad): AOTAutograd reads every ``grad_fn`` while it
       traces; eager reads one only where a later op or a backward asks for it (fuzzer s1802_116, where the ceiling
@@ -96,6 +100,8 @@ def inner_or_uncompiled(
             if segmented is not None and (program := segmented()) is not None:
                 result.segments, result.notes = program.segments, [*result.notes, *program.notes]
                 return program.run
+            why = "while tracing the backward, an error eager raises only if a backward reaches it"
+        elif _NO_DERIVATIVE.search(str(e)):  # eager records a NotImplemented node, which raises in backward
             why = "while tracing the backward, an error eager raises only if a backward reaches it"
         elif _LAZY_VIEW_ERROR in str(e):
             why = "reading the grad_fn of a view whose base was written, an error eager raises only where it is read"
@@ -140,6 +146,7 @@ def is_backward_version_error(e: BaseException) -> bool:
 
 
 _BACKWARD_ERROR = "one of the variables needed for gradient computation has been modified by an inplace operation"
+_NO_DERIVATIVE = re.compile(r"derivative for \S+ is not implemented")
 _LAZY_VIEW_ERROR = "its base or another view of its base has been modified inplace"  # handle_view_on_rebase's
 
 

@@ -967,11 +967,10 @@ def test_s1809_a_watch_asks_eager_what_a_call_saves(index: int, label: str) -> N
     _assert_no_violation(1809, index, label, "stock[aot_eager]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1809_550 (on e87db31 too), compiled autograd's graph fails to compile")
 def test_s1809_550_a_dirty_function_after_writes_under_compiled_autograd() -> None:
-    """Open (seed 1809, present on e87db31): writes to a slice of an input (``t1.add_``, an ``out=`` under no_grad),
+    """Seed 1809 (present on e87db31): writes to a slice of an input (``t1.add_``, an ``out=`` under no_grad),
     ``MarkDirty.apply(t1.sin())`` and a ``tensor_split`` of it, under compiled autograd. The backward graph compiled
-    autograd hands the backend (a resumed graph) fails in the inner backend with "derivative for aten::copy is not
-    implemented" (a ``copy`` traced from the replayed writes' ``CopySlices``); stock's backward runs. Not analysed
-    further."""
+    autograd hands the backend (a resumed graph) failed in the inner backend with "derivative for aten::copy is not
+    implemented" (a functional ``copy`` traced from the replayed writes' ``CopySlices``) where stock's backward runs.
+    That graph now runs uncompiled, as the ceiling's does (Note [Graphs the inner backend rejects])."""
     _assert_no_violation(1809, 550, "prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]")
