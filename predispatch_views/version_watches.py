@@ -65,7 +65,7 @@ def core_watches(sliced: SlicedProgram) -> list[VersionWatch]:
 
 def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
     """Each core output whose op's backward reads its result (Note [Eager's version error])."""
-    # A value returned through its separating _unsafe_view (saved_aliases.py) is watched as the value itself.
+    # A value returned through its separating alias (saved_aliases.py) is watched as the value itself.
     returned = [separated_value(n) for n in graph_ops.as_tuple(core.graph.output_node().args[0])]
     found = []
     for k, n in enumerate(returned):
