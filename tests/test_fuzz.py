@@ -981,6 +981,7 @@ def test_s1810_805_a_reshape_after_a_metadata_write_in_segments_under_dynamic_sh
     """Open (seed 1810, present on e87db31; ``dynamic=True``): the graph after an ``out=`` break holds
     ``t3.transpose_(0, 1)`` on a ``tensor_split`` output, then ``t7 = t3.sin().to(torch.float32).reshape(...)`` and
     ``t7.add_(1.0)``; it is replayed in 2 segments, and the replayed ``reshape`` raises "shape '[2, 2]' is invalid
-    for input of size 2" where eager's and stock's forward run. Not analysed further: the size the epilogue passes
-    looks taken before the metadata write."""
+    for input of size 2" where eager's and stock's forward run. The first segment's epilogue is ``v4 =
+    reshape(v3, [core[1], args[1]])``: the core's size output (a ``sym_size_int`` the selection took as an external,
+    with ``sin``) is 2 where eager's ``t6.size(0)`` is 1 after the ``transpose_``. Not analysed further."""
     _assert_no_violation(1810, 805, "prototype[aot_eager,dynamic]", "stock[aot_eager,dynamic]")
