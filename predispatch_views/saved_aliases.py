@@ -62,7 +62,7 @@ class SavedAliasWatch:
     source: Literal["output", "input"]  # a core output (held weakly) or a graph input (held as a detached alias)
     index: int
     readers: tuple[int, ...]  # the core outputs computed from a node that saved an alias of it
-    saved_shape: tuple[int, ...]  # the shape of that saved alias, for eager's message
+    saved_shape: tuple[int, ...] | None  # that saved alias's shape, for eager's message; None: the value itself
 
 
 def separate_saved_aliases(
@@ -122,6 +122,8 @@ def _watch(
 ) -> SavedAliasWatch:
     below = set().union(*({s} | graph_ops.descendants(s) for s, _ in found))
     readers = tuple(j for j, m in enumerate(returned) if m in below)
+    if source == "output" and all(a is returned[index] for _, a in found):  # the output itself: eager names its node
+        return SavedAliasWatch(source, index, readers, None)
     shape = getattr(graph_ops.example_value(found[0][1]), "shape", ())
     return SavedAliasWatch(source, index, readers, tuple(int(s) if isinstance(s, int) else -1 for s in shape))
 

@@ -22,6 +22,7 @@ whose outputs no such op made pays nothing. The same watch serves two more cases
 from __future__ import annotations
 
 import functools
+import re
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -160,8 +161,13 @@ def _check(
         "torch.autograd.set_detect_anomaly(True, check_nan=False)."
     )
     made_by = f", which is output 0 of {name}," if name is not None else ""
+    if name is None and shape is None and t.grad_fn is not None:  # eager names the saved value's node as it is now
+        made_by = f", which is output {t.output_nr} of {_BACKWARD_SUFFIX.sub('', t.grad_fn.name())},"
     raise RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
         f"[{t.type()} {list(t.shape if shape is None else shape)}]{made_by} is at version {t._version}; expected "
         f"version {version} instead. Hint: {hint}"
     )
+
+
+_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")

@@ -985,3 +985,12 @@ def test_s1810_805_a_reshape_after_a_metadata_write_in_segments_under_dynamic_sh
     reshape(v3, [core[1], args[1]])``: the core's size output (a ``sym_size_int`` the selection took as an external,
     with ``sin``) is 2 where eager's ``t6.size(0)`` is 1 after the ``transpose_``. Not analysed further."""
     _assert_no_violation(1810, 805, "prototype[aot_eager,dynamic]", "stock[aot_eager,dynamic]")
+
+
+@pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
+def test_s1810_2065_a_watched_output_written_names_its_node(label: str) -> None:
+    """Seed 1810 on 363e3e7 (``compile_function``): ``t0 = a * b`` returned and saved by ``t0.sin()``; the caller
+    writes ``t0``, then a backward: eager raises "..., which is output 0 of Mul, ..."; the watch of Note [A saved
+    alias of a value the caller can write] named no node. Where the saved value is the output itself, the watch
+    names the output's node as it is when it raises, as eager's message does."""
+    _assert_no_violation(1810, 2065, label, "stock[aot_eager]")
