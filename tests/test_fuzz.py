@@ -931,7 +931,7 @@ def test_s1808_2663_a_replayed_view_written_by_the_caller_then_backward(label: s
     (nothing reads ``u0``), and the partitioner moves it into the backward, saving its inputs, among them the core's
     own ``transpose``, a view of ``sum_1``; the caller's write to the replayed view bumps that shared counter (the
     cause is the saved ``transpose`` of ``sin``, not the dead write). The core now returns ``sum_1`` through
-    ``_unsafe_view``, with a version counter of its own."""
+    ``alias``, which AOTAutograd returns through its own ``_unsafe_view``, with a version counter of its own."""
     _assert_no_violation(1808, 2663, label, stock_label)
 
 
