@@ -280,3 +280,36 @@ def _check_pair(fn: Callable[..., Any], compiled: Callable[..., Any], make_input
     for o, e in zip(outs, expected):
         torch.testing.assert_close(o, e)
     assert alias_structure(inputs, list(outs)) == alias_structure(inputs, list(expected))
+
+
+# Note [make_fx's lazy size reads]: a size bound when a tensor was made, read after an in-place metadata write to
+# it. Every write, with and without a graph break before it (a graph that starts at a break goes to the capture).
+METADATA_WRITES: dict[str, Callable[[torch.Tensor], Any]] = {
+    "transpose_": lambda t: t.transpose_(0, 1),
+    "t_": lambda t: t.t_(),
+    "swapdims_": lambda t: t.swapdims_(1, 0),
+    "unsqueeze_": lambda t: t.unsqueeze_(0),
+}
+
+
+def _metadata_write_program(write: str, graph_break: bool) -> Callable[..., Any]:
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x.mul(2)
+        if graph_break:
+            torch._dynamo.graph_break()
+        _, b = y.tensor_split(2, 1)  # b's last size is a new symbol, bound to a size read of b
+        METADATA_WRITES[write](b)
+        c = b.sin().reshape(b.shape)  # the shape after the write
+        c.add_(1.0)
+        return c.chunk(2, dim=-1)
+
+    return program
+
+
+@pytest.mark.parametrize("graph_break", [False, True])
+@pytest.mark.parametrize("write", sorted(METADATA_WRITES))
+def test_a_size_read_after_a_metadata_write(write: str, graph_break: bool) -> None:
+    """Fuzzer s1810_805: the capture read the size after the write (reshape raised "shape '[2, 2]' is invalid")."""
+    fn = _metadata_write_program(write, graph_break)
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager"), dynamic=True)
+    _check_every_size(fn, compiled, [(4, 3), (6, 5), (5, 7)])

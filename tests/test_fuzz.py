@@ -976,14 +976,13 @@ def test_s1809_550_a_dirty_function_after_writes_under_compiled_autograd() -> No
     _assert_no_violation(1809, 550, "prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1810_805 (on e87db31 too), a replayed reshape's symbolic size")
 def test_s1810_805_a_reshape_after_a_metadata_write_in_segments_under_dynamic_shapes() -> None:
-    """Open (seed 1810, present on e87db31; ``dynamic=True``): the graph after an ``out=`` break holds
-    ``t3.transpose_(0, 1)`` on a ``tensor_split`` output, then ``t7 = t3.sin().to(torch.float32).reshape(...)`` and
-    ``t7.add_(1.0)``; it is replayed in 2 segments, and the replayed ``reshape`` raises "shape '[2, 2]' is invalid
-    for input of size 2" where eager's and stock's forward run. The first segment's epilogue is ``v4 =
-    reshape(v3, [core[1], args[1]])``: the core's size output (a ``sym_size_int`` the selection took as an external,
-    with ``sin``) is 2 where eager's ``t6.size(0)`` is 1 after the ``transpose_``. Not analysed further."""
+    """Seed 1810 (present on e87db31; ``dynamic=True``): the graph after an ``out=`` break holds
+    ``t3.transpose_(0, 1)`` on a ``tensor_split`` output, then ``t7 = t3.sin().to(torch.float32).reshape(...)``; the
+    replayed ``reshape`` raised "shape '[2, 2]' is invalid for input of size 2" where eager's and stock's forward
+    run. make_fx bound ``t3``'s new size symbol to ``sym_size(t3, 1)`` when it made ``t3`` but emitted the read at
+    its first use, after the ``transpose_``. The capture now moves each size read to where its value was bound
+    (Note [make_fx's lazy size reads])."""
     _assert_no_violation(1810, 805, "prototype[aot_eager,dynamic]", "stock[aot_eager,dynamic]")
 
 

@@ -31,9 +31,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
     "ACTIVATION_CHECKPOINT", "AUTOGRAD_FUNCTION_APPLY", "CHECKED_ON", "DYNAMO_RESTARTS", "INVOKE_SUBGRAPH",
-    "SET_GRAD_ENABLED",
-    "FakeTensor", "FakeTensorMode", "FunctionalTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
-    "StorageWeakRef", "TreeSpec", "as_strided_output_regeneration", "autocast_region_markers",
+    "SET_GRAD_ENABLED", "FakeTensor", "FakeTensorMode", "FunctionalTensorMode", "HigherOrderOperator", "OpOverload",
+    "OpOverloadPacket", "StorageWeakRef", "TreeSpec", "as_strided_output_regeneration", "autocast_region_markers",
     "compile_caches_disabled", "compile_caches_enabled", "compile_counters", "compiled_autograd",
     "compiled_autograd_configured", "compiling_a_compiled_autograd_graph", "detect_fake_mode",
     "enable_python_dispatcher", "ends_at_graph_break", "eval_dropout_is_traced_as_its_input", "from_fun",
@@ -214,11 +213,6 @@ def storage_id(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
-def trace_pre_dispatch(fn: Callable[..., Any], args: list[Any]) -> torch.fx.GraphModule:
-    """make_fx at the pre-dispatch level; args may be fake tensors (their mode must be active)."""
-    return make_fx(fn, pre_dispatch=True, record_module_stack=True)(*args)
-
-
 def fakify_like_dynamo(t: torch.Tensor, fake_mode: FakeTensorMode) -> torch.Tensor:
     """A real input of a Dynamo graph as a fake of the backend's mode, keeping Dynamo's symbols.
 
@@ -395,6 +389,7 @@ def two_tensor_class() -> type:
 from .dynamo_break import graph_break_writes  # noqa: E402, F401
 from .dynamo_inputs import restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
+from .pre_dispatch_trace import trace_pre_dispatch  # noqa: E402
 from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401
 from .saved_for_backward import backward_reads, eager_node_name, eager_saved_inputs, mark_must_recompute  # noqa: E402, F401
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402
