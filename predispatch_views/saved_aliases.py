@@ -58,16 +58,20 @@ from .graph_meta import alias_roots, grad_flow
 
 
 @dataclass(frozen=True)
-class SavedAliasWatch:
+class VersionWatch:
+    """What the runtime watches (version_watches.py): a value whose version a pre-hook checks where eager's backward
+    would check a value it saved."""
+
     source: Literal["output", "input"]  # a core output (held weakly) or a graph input (held as a detached alias)
     index: int
-    readers: tuple[int, ...]  # the core outputs computed from a node that saved an alias of it
-    saved_shape: tuple[int, ...] | None  # that saved alias's shape, for eager's message; None: the value itself
+    readers: tuple[int, ...]  # the core outputs computed from the node that saved it (or an alias of it)
+    name: str | None = None  # eager's node that made the saved value, where eager's message names it
+    shape: tuple[int, ...] | None = None  # the saved value's shape, where it is an alias of the watched tensor
 
 
 def separate_saved_aliases(
     graph: fx.Graph, returned: list[fx.Node], input_requires_grad: Sequence[bool], read_inputs: Container[fx.Node]
-) -> tuple[list[fx.Node], tuple[SavedAliasWatch, ...]]:
+) -> tuple[list[fx.Node], tuple[VersionWatch, ...]]:
     """``returned`` (the core's outputs, in ``graph``, which has no output node yet), each output whose alias the
     core saves replaced by its ``alias``, and the watches for the runtime; ``read_inputs``: the placeholders the
     epilogue reads. See the Notes; the graph runs in the current grad mode."""
@@ -119,13 +123,13 @@ def eager_saved_args(node: fx.Node, requires_grad: Container[fx.Node]) -> set[fx
 
 def _watch(
     source: Literal["output", "input"], index: int, found: list[tuple[fx.Node, fx.Node]], returned: list[fx.Node]
-) -> SavedAliasWatch:
+) -> VersionWatch:
     below = set().union(*({s} | graph_ops.descendants(s) for s, _ in found))
     readers = tuple(j for j, m in enumerate(returned) if m in below)
     if source == "output" and all(a is returned[index] for _, a in found):  # the output itself: eager names its node
-        return SavedAliasWatch(source, index, readers, None)
+        return VersionWatch(source, index, readers)
     shape = getattr(graph_ops.example_value(found[0][1]), "shape", ())
-    return SavedAliasWatch(source, index, readers, tuple(int(s) if isinstance(s, int) else -1 for s in shape))
+    return VersionWatch(source, index, readers, shape=tuple(int(s) if isinstance(s, int) else -1 for s in shape))
 
 
 def _viewed_input(v: fx.Node) -> fx.Node | None:

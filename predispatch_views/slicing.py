@@ -54,7 +54,7 @@ from . import _torch_internals as ti
 from . import graph_ops
 from .functionalize import EPILOGUE_TAG
 from .graph_meta import alias_roots
-from .saved_aliases import SavedAliasWatch, separate_saved_aliases
+from .saved_aliases import VersionWatch, separate_saved_aliases
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class SlicedProgram:
     epilogue: fx.GraphModule  # one placeholder per entry of `sources`; returns the program's outputs
     sources: tuple[InputSource, ...]
     parts: tuple[CorePart, ...]  # the core, cut into independent parts (one: the whole core)
-    saved_alias_watches: tuple[SavedAliasWatch, ...] = ()  # saved_aliases.py
+    saved_alias_watches: tuple[VersionWatch, ...] = ()  # saved_aliases.py
 
     @property
     def core_is_empty(self) -> bool:
@@ -118,7 +118,7 @@ def slice_graph(
         _detached_if_only_detached(core_graph, env[n], [u for u in n.users if u is output or is_epilogue[u]])
         for n in core_outputs
     ]
-    watches: tuple[SavedAliasWatch, ...] = ()
+    watches: tuple[VersionWatch, ...] = ()
     if input_requires_grad is not None:  # Note [A saved alias of a value the caller can write] in saved_aliases.py
         read_inputs = {env[n] for n in crossing if n in placeholder_index}
         returned, watches = separate_saved_aliases(core_graph, returned, input_requires_grad, read_inputs)

@@ -25,7 +25,6 @@ import functools
 import re
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -34,17 +33,8 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
-from .saved_aliases import separated_value
+from .saved_aliases import VersionWatch, separated_value
 from .slicing import SlicedProgram
-
-
-@dataclass(frozen=True)
-class VersionWatch:
-    source: Literal["output", "input"]  # a core output (held weakly) or a graph input (held as a detached alias)
-    index: int
-    readers: tuple[int, ...]  # the core outputs computed from the node that saved it (or an alias of it)
-    name: str | None = None  # eager's node that made the saved value, where eager's message names it
-    shape: tuple[int, ...] | None = None  # the saved value's shape, where it is an alias of the watched tensor
 
 
 def watch_lines(sliced: SlicedProgram, core_output: dict[int, str], bind: Callable[[Any, str], str]) -> list[str]:
@@ -60,8 +50,7 @@ def watch_lines(sliced: SlicedProgram, core_output: dict[int, str], bind: Callab
 
 
 def core_watches(sliced: SlicedProgram) -> list[VersionWatch]:
-    saved = [VersionWatch(w.source, w.index, w.readers, None, w.saved_shape) for w in sliced.saved_alias_watches]
-    return saved_results(sliced.core) + saved
+    return saved_results(sliced.core) + list(sliced.saved_alias_watches)
 
 
 def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
