@@ -25,8 +25,15 @@ Eager's graph has one node per op, so outputs computed from disjoint sets of int
 ``split_core`` cuts the core into such parts, one compiled function each; parts may share graph inputs, as
 eager's ops do. What must stay in one part, so that running the parts one after the other is the core's order:
 - everything connected through an intermediate value (a use, a view, an in-place write all are edges);
-- every reader of a graph input that some node writes, with the inputs aliasing it (a write of an input must
-  not move across a read of it or of an alias; AOTAutograd applies input writes when its function returns);
+- every reader of a graph input that some node writes, with the inputs aliasing it, where it reads after the first
+  write (a write of an input must not move across a read of it or of an alias; AOTAutograd applies input writes
+  when its function returns). A read of another alias before every write may stay in a part of its own where
+  that part runs before the writes' (fuzzer s1811_277: ``t0 = c.sin()``, then ``b.mul_(2.0)`` with ``b`` and ``c``
+  views of one base: one part saved ``c`` for ``sin`` and returned ``b``'s new value, so a backward through ``c``
+  unpacked the saved ``c`` the write had bumped and raised where eager's never reaches ``sin``). A read of the
+  written input itself (or of its own view) stays: AOTAutograd's trace of the whole core raises the version error
+  there, which Note [A write to a value a backward saved] turns into eager's own nodes, where a part that saved it
+  would raise at run time naming AOTAutograd's ``copy_`` (tests/test_segments.py, test_saved_value_writes.py);
 - every op that draws random numbers or has another side effect, so their order is kept; a custom Function or a
   checkpointed region (Note [Custom autograd.Functions in the core] in capture.py) counts as one, since the
   partition does not read its body (fuzzer s1002_838: a Function kept the whole core one compiled function, whose
@@ -180,12 +187,32 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     root = alias_roots(nodes, input_alias_groups)
     written = {group[root[w]] for n in nodes for w in graph_ops.written_args(n) if root.get(w) in group}
     computed = [n for n in nodes if kind[n] in ("op", "ordered")]
+    order = {n: k for k, n in enumerate(nodes)}
+    first_write: dict[int, int] = {}
+    for n in nodes:
+        for w in graph_ops.written_args(n):
+            if root.get(w) in group:
+                first_write.setdefault(group[root[w]], order[n])
+    own_root = alias_roots(nodes, None)  # each input on its own, not with the inputs aliasing it
+    written_inputs = {own_root.get(w) for n in nodes for w in graph_ops.written_args(n)}
+    early: list[tuple[fx.Node, int]] = []  # a read of a written input's other alias before its first write
     for n in computed:
         for i in n.all_input_nodes:
             if i.op != "placeholder":
                 union(n, i)
-            elif group[i] in written:
-                union(n, ("written input", group[i]))
+            if (g := group.get(root.get(i))) in written:  # type: ignore[arg-type]
+                if order[n] < first_write[g] and own_root[i] not in written_inputs and not graph_ops.written_args(n):
+                    early.append((n, g))
+                else:
+                    union(n, ("written input", g))
+    first = {}
+    for n in computed:
+        first.setdefault(find(n), order[n])
+    if any(
+        find(n) != find(("written input", g)) and first[find(n)] > first[find(("written input", g))] for n, g in early
+    ):
+        for n, g in early:  # a part that would run after the write it must precede: the reads join the writes
+            union(n, ("written input", g))
 
     members: dict[object, list[fx.Node]] = {}
     for n in computed:

@@ -993,3 +993,13 @@ def test_s1810_2065_a_watched_output_written_names_its_node(label: str) -> None:
     alias of a value the caller can write] named no node. Where the saved value is the output itself, the watch
     names the output's node as it is when it raises, as eager's message does."""
     _assert_no_violation(1810, 2065, label, "stock[aot_eager]")
+
+
+def test_s1811_277_a_read_before_a_written_alias_is_a_part_of_its_own() -> None:
+    """Seed 1811 on 4f63b9a (``compile_function``): ``t0 = c.sin()``, then ``b.mul_(2.0)`` with ``b`` and ``c``
+    views of one base, returning ``t0.t_()`` and ``c``. One compiled function saved ``c`` for ``sin`` and wrote
+    ``b``; a backward through ``c`` alone reached it, unpacked the saved ``c`` the write had bumped, and raised
+    the version error where eager's backward never reaches ``sin`` (Dynamo's graph break at the ``out=`` call kept
+    stock's ``sin`` apart). A read before every write of its input's aliases now may be a part of its own
+    (Note [Independent parts of the core])."""
+    _assert_no_violation(1811, 277, "prototype_fn[aot_eager]", "stock[aot_eager]")
