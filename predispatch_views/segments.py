@@ -268,7 +268,8 @@ def _refused(
             root = meta.root.get(w, w)
             if root in restricted_roots and root in grad_roots:
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
-            functions_view = graph_ops.runs_eagerly(root) and not graph_ops.written_args(root)
+            call = root.args[0] if root.target is operator.getitem else root  # s1811_1240: Dynamo's tuple's getitem
+            functions_view = graph_ops.runs_eagerly(call) and not graph_ops.written_args(call)
             if n in meta.no_grad and functions_view and root in grad_roots:  # s1701_803: its grad_fn raises
                 return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
             if (

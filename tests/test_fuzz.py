@@ -1003,3 +1003,14 @@ def test_s1811_277_a_read_before_a_written_alias_is_a_part_of_its_own() -> None:
     stock's ``sin`` apart). A read before every write of its input's aliases now may be a part of its own
     (Note [Independent parts of the core])."""
     _assert_no_violation(1811, 277, "prototype_fn[aot_eager]", "stock[aot_eager]")
+
+
+@pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype[aot_eager,dynamic]"])
+def test_s1811_1240_a_no_grad_write_of_a_functions_view_from_its_tuple(label: str) -> None:
+    """Seed 1811 on 4f63b9a: ``t2 = ReturnsInput.apply(F.dropout(a, 0.0, True))``, then ``t2.uniform_()`` under
+    no_grad. The Function ran in eager between two segments (eager's view of ``a``), and the compiled segment
+    after it wrote that view: AOTAutograd read its ``grad_fn``, which raised "Output 0 of ApplyTemplate is a view
+    and its base ... has been modified inplace" where eager's forward runs. The cut's check for such a write
+    (s1701_803) looked at the Function's node, where Dynamo's graph hands over a ``getitem`` of its tuple; it now
+    looks through it, and the graph falls back as stock's runs."""
+    _assert_no_violation(1811, 1240, label, label.replace("prototype", "stock"))
