@@ -125,7 +125,8 @@ def _watch(
     source: Literal["output", "input"], index: int, found: list[tuple[fx.Node, fx.Node]], returned: list[fx.Node]
 ) -> VersionWatch:
     below = set().union(*({s} | graph_ops.descendants(s) for s, _ in found))
-    readers = tuple(j for j, m in enumerate(returned) if m in below)
+    tensors = (isinstance(graph_ops.example_value(m), torch.Tensor) for m in returned)  # a size is no reader
+    readers = tuple(j for j, (m, tensor) in enumerate(zip(returned, tensors)) if m in below and tensor)
     if source == "output" and all(a is returned[index] for _, a in found):  # the output itself: eager names its node
         return VersionWatch(source, index, readers)
     shape = getattr(graph_ops.example_value(found[0][1]), "shape", ())

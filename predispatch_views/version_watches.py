@@ -69,7 +69,7 @@ def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
         name = ti.eager_node_name(target, args, kwargs) if callable(target) else None
         if name is not None:
             below = graph_ops.descendants(n)
-            readers = tuple(j for j, m in enumerate(returned) if m is n or m in below)
+            readers = tuple(j for j, m in enumerate(returned) if (m is n or m in below) and _is_tensor(m))
             found.append(VersionWatch("output", k, readers, name))
     return found
 
@@ -115,13 +115,20 @@ def watch(
     shape: tuple[int, ...] | None = None,
 ) -> None:
     """Raise eager's error where eager's backward would meet a saved ``t`` (or a saved alias of it) written."""
+    if not t.requires_grad:
+        return
     node = next((r.grad_fn for r in readers if r.grad_fn is not None), None)
-    if node is None or not t.requires_grad:
+    if node is None:
         return
     positions = [r.output_nr for r in readers if r.grad_fn is node]
     # An output is held weakly: a strong reference keeps the output, its node and what that saved alive in a cycle.
     held: Callable[[], torch.Tensor | None] = weakref.ref(t) if source == "output" else _holder(t.detach())
     node.register_prehook(functools.partial(_check, held, t._version, positions, name, shape))
+
+
+def _is_tensor(n: Any) -> bool:
+    """A core output that is a tensor: a symbolic size computed from the saver is no reader (s1812_596)."""
+    return isinstance(graph_ops.example_value(n), torch.Tensor)
 
 
 def _holder(t: torch.Tensor) -> Callable[[], torch.Tensor]:

@@ -1014,3 +1014,11 @@ def test_s1811_1240_a_no_grad_write_of_a_functions_view_from_its_tuple(label: st
     (s1701_803) looked at the Function's node, where Dynamo's graph hands over a ``getitem`` of its tuple; it now
     looks through it, and the graph falls back as stock's runs."""
     _assert_no_violation(1811, 1240, label, label.replace("prototype", "stock"))
+
+
+def test_s1812_596_a_symbolic_size_is_no_reader_of_a_watched_value() -> None:
+    """Seed 1812 on ed2e503 (present on e93dcc1): called under no_grad, recompiled with a dynamic size, the core
+    returned ``t4.sigmoid()``'s saver's descendants, a symbolic size among them; the watch of Note [Eager's version
+    error] asked that ``int`` for its ``grad_fn`` and raised AttributeError where eager's forward runs. A size is no
+    reader now, and a watch of a value that requires no grad returns before it looks at its readers."""
+    _assert_no_violation(1812, 596, "prototype[aot_eager]", "stock[aot_eager]")
