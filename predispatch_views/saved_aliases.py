@@ -125,12 +125,19 @@ def _watch(
     source: Literal["output", "input"], index: int, found: list[tuple[fx.Node, fx.Node]], returned: list[fx.Node]
 ) -> VersionWatch:
     below = set().union(*({s} | graph_ops.descendants(s) for s, _ in found))
-    tensors = (isinstance(graph_ops.example_value(m), torch.Tensor) for m in returned)  # a size is no reader
-    readers = tuple(j for j, (m, tensor) in enumerate(zip(returned, tensors)) if m in below and tensor)
+    readers = tensor_readers(returned, below)
     if source == "output" and all(a is returned[index] for _, a in found):  # the output itself: eager names its node
         return VersionWatch(source, index, readers)
     shape = getattr(graph_ops.example_value(found[0][1]), "shape", ())
     return VersionWatch(source, index, readers, shape=tuple(int(s) if isinstance(s, int) else -1 for s in shape))
+
+
+def tensor_readers(returned: Sequence[Any], below: Container[Any]) -> tuple[int, ...]:
+    """The positions of the core outputs in ``below`` that are tensors: a symbolic size computed from a saver is no
+    reader of a watched value (s1812_596)."""
+    return tuple(
+        j for j, m in enumerate(returned) if m in below and isinstance(graph_ops.example_value(m), torch.Tensor)
+    )
 
 
 def _viewed_input(v: fx.Node) -> fx.Node | None:

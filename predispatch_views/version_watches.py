@@ -33,7 +33,7 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
-from .saved_aliases import VersionWatch, separated_value
+from .saved_aliases import VersionWatch, separated_value, tensor_readers
 from .slicing import SlicedProgram
 
 
@@ -69,7 +69,7 @@ def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
         name = ti.eager_node_name(target, args, kwargs) if callable(target) else None
         if name is not None:
             below = graph_ops.descendants(n)
-            readers = tuple(j for j, m in enumerate(returned) if (m is n or m in below) and _is_tensor(m))
+            readers = tensor_readers(returned, below | {n})
             found.append(VersionWatch("output", k, readers, name))
     return found
 
@@ -124,11 +124,6 @@ def watch(
     # An output is held weakly: a strong reference keeps the output, its node and what that saved alive in a cycle.
     held: Callable[[], torch.Tensor | None] = weakref.ref(t) if source == "output" else _holder(t.detach())
     node.register_prehook(functools.partial(_check, held, t._version, positions, name, shape))
-
-
-def _is_tensor(n: Any) -> bool:
-    """A core output that is a tensor: a symbolic size computed from the saver is no reader (s1812_596)."""
-    return isinstance(graph_ops.example_value(n), torch.Tensor)
 
 
 def _holder(t: torch.Tensor) -> Callable[[], torch.Tensor]:

@@ -51,7 +51,7 @@ def hoist_size_reads(gm: fx.GraphModule) -> fx.GraphModule:
         # Reads of one tensor keep their order: each goes after the reads already moved behind the anchor.
         while anchor.next.op == "call_function" and anchor.next.target in _SIZE_READS and anchor.next is not node:
             anchor = anchor.next
-        if anchor.next is node or anchor is node:
+        if anchor.next is node:
             continue
         anchor.append(node)
         moved = True
