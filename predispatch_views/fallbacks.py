@@ -125,8 +125,8 @@ class FallbackKind(enum.Enum):
         "a graph ending at a graph break that returns a replayed p=0 or eval dropout of an input laid out unlike it",
         "`output <k> (<node>) crosses a graph break and comes from <dropout>, which returns its input in eager where "
         "Dynamo's fake allocates: the code Dynamo traced after the break assumed the fake's layout`",
-        "eager's layout (an expanded or offset input) would reach code Dynamo traced on the fake's and raise where "
-        "stock runs (s905_79, the ceiling too); Note [Dynamo's example values at a graph break].",
+        "eager's layout (an expanded or offset input) would reach code traced on the fake's and raise where stock "
+        "runs (s905_79, the ceiling too); Note [Dynamo's example values at a graph break].",
         "graph_break_rules.py",
         "which returns its input in eager where Dynamo's fake allocates",
     )
@@ -160,8 +160,7 @@ class FallbackKind(enum.Enum):
         "the epilogue can replay produces it",
     )
     VIEW_FN_WRITE_UNDER_COMPILED_AUTOGRAD = FallbackReason(
-        "a write replayed in eager through a `view_as_real`, `view_as_complex` or `conj` view, with compiled autograd "
-        "on",
+        "a write replayed through a `view_as_real`, `view_as_complex` or `conj` view, with compiled autograd on",
         "`<mutation> writes through <view> (<op>), whose eager autograd node replays views through a view_fn, which "
         "compiled autograd (on) rejects`",
         "eager's `CopySlices` replays such a view chain through a view_fn, which 2.13's compiled autograd rejects "
@@ -239,8 +238,7 @@ class FallbackKind(enum.Enum):
     CAPTURE_FAILED = FallbackReason(
         "a program the pre-dispatch capture cannot trace (compile_function then runs it eagerly)",
         "`pre-dispatch capture failed: ...`",
-        "the graph cannot be traced at the pre-dispatch level (an op or a Dynamo construct the tracer does not "
-        "support).",
+        "the graph cannot be traced at the pre-dispatch level (an op or a Dynamo construct the tracer lacks).",
         "pipeline.py",
         "pre-dispatch capture failed",
     )
@@ -275,10 +273,8 @@ class FallbackKind(enum.Enum):
         "the capture traces strided tensors",
     )
     SETS_RNG = FallbackReason(
-        "compile_function only: setting the random number generator (`torch.manual_seed`, `set_rng_state`) inside the "
-        "function",
-        "`the function sets the random number generator (torch.manual_seed, set_rng_state...): the trace does not "
-        "record it`",
+        "compile_function only: setting the random generator (`torch.manual_seed`, `set_rng_state`) in the function",
+        "`the function sets the random number generator (...): the trace does not record it`",
         "the trace records no call that seeds, so the compiled function would draw from the caller's state (OpInfo's "
         "`wrapper_set_seed`); Dynamo breaks the graph there instead.",
         "function_capture.py",
@@ -316,6 +312,14 @@ class FallbackKind(enum.Enum):
         "(s41_188), a stale saved tensor (s53_604), a zero gradient (s52_634). Under Dynamo it is a graph break.",
         "fallback_rules.py",
         "an input's own metadata mutation",
+    )
+    BOUND_APPLY_IN_FUNCTION = FallbackReason(
+        "compile_function only: an `autograd.Function` called through an `apply` bound earlier (`op = F.apply`)",
+        "`autograd.Function <name> was applied through an apply bound before the capture: its backward would be lost`",
+        "the capture records a Function whose `apply` is looked up in the call; a bound one inlines the forward, and "
+        "the compiled backward would differentiate it instead of calling the Function's backward.",
+        "function_capture.py",
+        "applied through an apply bound before the capture",
     )
     REBINDS_MODULE_STATE = FallbackReason(
         "compile_function only: a function that rebinds a parameter or buffer of its module",
@@ -375,8 +379,7 @@ class FallbackKind(enum.Enum):
     INTERNAL_ERROR = FallbackReason(
         "an internal error of the pipeline",
         "`internal error in the view-replay pipeline: ...`",
-        "any exception in selection, functionalization or slicing: an engine limitation must never break a program "
-        "stock compiles.",
+        "any exception in selection, functionalization or slicing: an engine limitation never breaks what stock runs.",
         "pipeline.py",
         "internal error in the view-replay pipeline",
     )

@@ -132,9 +132,10 @@ class _CaptureWatch(TorchFunctionMode):
     state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
     hooks (``register_hook``, ``retain_grad``), a backward pass inside the function (``torch.autograd.grad``:
     its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said), and an
-    ``inference_mode`` region (compiled with autograd on: its results would not be inference tensors). Custom
-    ``autograd.Function``s are inlined: their forward is traced and their backward is lost. Each raises
-    UnsupportedCapture with what it saw.
+    ``inference_mode`` region (compiled with autograd on: its results would not be inference tensors). Each raises
+    UnsupportedCapture with what it saw. A custom ``autograd.Function`` is recorded as one call where its ``apply``
+    is looked up during the call (``F.apply(x)``); one bound before the capture (``op = F.apply``) would be inlined,
+    its forward traced and its backward lost, and raises too.
     """
 
     def __init__(self, fake_mode: ti.FakeTensorMode) -> None:
@@ -208,6 +209,7 @@ def _autograd_functions_refused() -> Iterator[None]:
     with _guard_lock:
         if _guard_users[0] == 0:
             function_class.apply = classmethod(_refusing_apply(function_class.__dict__["apply"]))  # type: ignore[method-assign]
+            _BACKWARD_NODE.__init__ = _refusing_bound_apply  # type: ignore[method-assign]
             for module, name in _RNG_SETTERS:
                 setattr(module, name, _refusing_rng_setter(getattr(module, name)))
         _guard_users[0] += 1
@@ -221,8 +223,23 @@ def _autograd_functions_refused() -> Iterator[None]:
             _guard_users[0] -= 1
             if _guard_users[0] == 0:
                 function_class.apply = function_class.__dict__["apply"].__func__.original  # type: ignore[method-assign]
+                del _BACKWARD_NODE.__init__
                 for module, name in _RNG_SETTERS:
                     setattr(module, name, getattr(module, name).original)
+
+
+# Every Function's apply makes its backward node, an instance of a subclass of this class (none defines __init__).
+_BACKWARD_NODE = torch.autograd.function.BackwardCFunction
+
+
+def _refusing_bound_apply(node: Any, *args: Any, **kwargs: Any) -> None:
+    """A Function applied during a capture without passing the wrapped ``apply``: one bound before it (``op =
+    F.apply`` at import) calls the original, which would inline the forward and lose the backward."""
+    if getattr(_refusing, "active", False):
+        name = node._forward_cls.__name__
+        message = f"autograd.Function {name} was applied through an apply bound before the capture: "
+        message += "its backward would be lost"
+        raise UnsupportedCapture(Fallback(FallbackKind.BOUND_APPLY_IN_FUNCTION, message))
 
 
 # Calls that set the random number generator: the trace records none of them (OpInfo's wrapper_set_seed seeds

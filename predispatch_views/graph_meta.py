@@ -339,3 +339,21 @@ def end_of_grad_mode_region(meta: GraphMeta, at: fx.Node) -> fx.Node | None:
         if graph_ops.is_grad_mode_change(n) and bool(n.args[0]) == meta.grad_enabled:
             return n
     return None
+
+
+def as_input_alias(meta: GraphMeta, value: torch.Tensor, example_inputs: Sequence[object]) -> torch.Tensor:
+    """A traced ``value`` that shares a graph input's storage (a custom Function returned its input: Note
+    [Segments]), as that input's example viewed with the traced geometry, so a segment handed it sees the alias
+    eager's value has (Note [Inputs that alias each other] in analysis.py); ``value`` itself where it shares none,
+    or where the geometry is symbolic (the trace's symbols are not the examples')."""
+    geometry = (*value.shape, *value.stride(), value.storage_offset())
+    if not all(isinstance(g, int) for g in geometry):
+        return value
+    storage = ti.StorageWeakRef(value.untyped_storage())
+    for p, example in zip(meta.placeholders, example_inputs):
+        traced = p.meta.get("val")
+        if not (isinstance(traced, torch.Tensor) and isinstance(example, torch.Tensor)):
+            continue
+        if ti.StorageWeakRef(traced.untyped_storage()) == storage and traced.dtype == value.dtype:
+            return example.detach().as_strided(value.shape, value.stride(), value.storage_offset())
+    return value

@@ -15,15 +15,14 @@ after a graph break with the graph before's. Each half is compiled by ``compile_
 again (the pipeline bounds how often), and each is checked by every rule on its own.
 What stays the same: the mutation runs in eager (the first half's epilogue) where eager runs it, before every
 op that follows it in the program, and those ops read its real result.
-A cut is refused (the program falls back as before) where the second half would see something the whole
-program did not:
+A cut is refused (the program falls back as before) where the second half would see what the whole program did not:
 - the cut lies inside a grad-mode region that does not end (each half must end in the grad mode it began in;
   a cut inside one that ends moves to its end);
 - a crossing value is not a tensor (a size: the second half would need it as an input of its own);
 - the second half reads a restricted view (a multi-output view's output, a view made under no_grad) whose base
-  the first half writes with grad mode on after the view was taken: eager reads it only
-  where an op asks for its ``grad_fn`` (``detach`` does not), and may raise its lazy error there ("Output 0 of
-  Split is a view and its base ... has been modified inplace"); a compiled function asks on every call;
+  the first half writes with grad mode on after the view was taken: eager reads it only where an op asks for its
+  ``grad_fn`` (``detach`` does not), and may raise its lazy error there ("Output 0 of Split is a view and its
+  base ... has been modified inplace"); a compiled function asks on every call;
 - the second half writes (data or metadata) a value aliasing a crossing value, where an earlier compiled segment
   may save that value for backward (the write bumps its version: eager's backward raises if eager saved it, the
   compiled one where the partitioner did; Note [Mutations the epilogue must not replay]) and eager's backward
@@ -40,7 +39,8 @@ A recorded call that must run in eager (a custom autograd.Function or checkpoint
 an input or a view of one: eager returns a view of the input with the Function's own backward, which AOTAutograd
 cannot produce) is cut around instead: the program before it is compiled, the call runs uncompiled on real
 tensors (eager's own call, so eager's view and backward), and the program after it is compiled; the same checks
-apply to the part after it.
+apply to the part after it, which is handed the call's result as a view of the input it returns (``_example``), so
+it sees the alias eager's has (s1812_2373: a no_grad write to that input's base is then replayed after the views).
 Each half is one more compiled function per call (AOTAutograd's runtime wrappers, one autograd node):
 scripts/core_parts_cost.py measures what a part costs; a segment costs the same.
 """
@@ -62,6 +62,7 @@ from .fallback_rules import may_save
 from .graph_meta import (
     GraphBreaks,
     GraphMeta,
+    as_input_alias,
     eager_requires_grad,
     end_of_grad_mode_region,
     grad_mode_before,
@@ -325,8 +326,7 @@ def _example(
 ) -> Any:
     """A compiled segment's example input: the program's own (a non-leaf requiring grad where an earlier segment's
     write recorded by autograd made it require grad: ``x.t().mul_(w)`` run in eager), or the traced value of an
-    earlier segment's result, requiring grad where eager's does (the capture's values never do); ``detach`` keeps
-    the storage, so aliasing is seen as it is."""
+    earlier segment's result (a program input's alias as a view of its example), requiring grad where eager's does."""
     kind, index = source
     if kind == "arg":
         value = example_inputs[index]
@@ -334,7 +334,7 @@ def _example(
             return value.detach().requires_grad_(True).view_as(value)
         return value
     node = next(s for s in plan.stages if s.name == kind).nodes[index]
-    value = node.meta["val"].detach()
+    value = as_input_alias(meta, node.meta["val"].detach(), example_inputs)  # detach keeps the storage
     if eager_requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
         # A non-leaf, as eager's value is: AOTAutograd hides a write to a leaf input from autograd (detach().copy_),
         # a wrong gradient on eager's non-leaf (test_aotdispatch's test_input_data_and_metadata_mutation).

@@ -184,6 +184,43 @@ def test_a_function_marking_its_input_dirty_runs_in_eager_between_compiled_segme
     assert_matches_eager(program, _compiled(program, entry), make_inputs)
 
 
+# Bound once, as libraries do (``op = F.apply`` at import): the call never looks ``apply`` up on the class.
+BOUND_APPLIES = {
+    "own_grad": ScaleWithOwnGrad.apply,
+    "returns_its_input": ReturnsItsInput.apply,
+    "marks_dirty": MarksDirty.apply,
+    "non_differentiable_output": lambda x: NonDifferentiableOutput.apply(x)[0],  # looked up in the call: recorded
+}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("name", sorted(BOUND_APPLIES))
+def test_a_function_applied_through_a_bound_apply_keeps_its_backward(name: str, entry: str) -> None:
+    """A bound ``apply`` calls the original, not the one the capture wraps: compile_function's trace inlined the
+    forward and differentiated it (ScaleWithOwnGrad: a silent wrong gradient, 3 where eager's backward gives
+    5 + x / 2). The capture now refuses it and the function runs eagerly, with the reason logged; Dynamo sees
+    the call itself, so the backend records it."""
+    apply = BOUND_APPLIES[name]
+
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = apply(x.mul(2))
+        return (*y.unbind(0), y.sin())
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]
+
+    bound = name != "non_differentiable_output"
+    before = len(predispatch_views.FALLBACKS)
+    if entry == "compile_function":
+        compiled = predispatch_views.compile_function(program, inner="aot_eager", strict=not bound)
+    else:
+        compiled = _compiled(program, entry)
+    assert_matches_eager(program, compiled, make_inputs)
+    reasons = [reason for _, reason in list(predispatch_views.FALLBACKS)[before:]]
+    expected = bound and entry == "compile_function"
+    assert any("applied through an apply bound before the capture" in r for r in reasons) == expected, reasons
+
+
 def dead_function_call_then_write(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     t0 = a.cos()
     ReturnsItsInput.apply(b)  # nothing reads it (fuzzer s1291_142)

@@ -1053,10 +1053,12 @@ def test_s1812_1567_a_separated_output_that_requires_no_grad_is_no_view() -> Non
     _assert_no_violation(1812, 1567, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1812_2373, a no_grad write to a base of a custom Function's view")
 @pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
 def test_s1812_2373_a_no_grad_write_to_the_base_of_a_functions_view(label: str) -> None:
-    """Open (seed 1812 on ed2e503, present on e93dcc1): ``t0 = ReturnsInput.apply(c)``, ``t3 = t0.expand(2, 2)``
-    returned, then ``b.zero_()`` under no_grad with ``b`` and ``c`` views of one base. Eager's forward runs; the
-    prototype's raises where stock's runs. Not analysed further (found at the end of the run)."""
+    """Seed 1812 on ed2e503: ``t0 = ReturnsInput.apply(c)``, ``t3 = t0.expand(2, 2)`` returned, then ``b.zero_()``
+    under no_grad with ``b`` and ``c`` views of one base. Cut around the call, the segment after it was handed
+    ``t0`` as a traced value of its own storage: it did not see ``t0`` alias ``b``, kept the write in the core and
+    replayed the expand after it, which read ``t0``'s ``grad_fn`` after the write and raised (a Function's view).
+    The crossing value is now the input's example viewed with its geometry (graph_meta.as_input_alias): the write
+    is replayed after the expand, as eager runs it."""
     _assert_no_violation(1812, 2373, label, "stock[aot_eager]")
