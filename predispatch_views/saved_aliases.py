@@ -14,18 +14,21 @@ counter of its own: AOTAutograd's Note [Intermediate Bases Optimization]). Fuzze
 
 The core returns such an output as ``alias(value)``: AOTAutograd sees an output aliasing an intermediate no other
 output aliases and returns it through ``_unsafe_view`` as it does stock's (the same storage, a version counter of
-its own, no view relation for autograd), whatever the inner backend (inductor returned the saved buffer itself
-for an ``_unsafe_view`` written into the graph). The compiled backward's saved alias then never sees the caller's
-writes. Eager's error where eager's backward does reach the saver is kept by a watch (Note [Eager's version error]
-in version_watches.py): a pre-hook on the core's node raises it when a gradient arrives at an output computed
-from the saver and the returned value's version has moved since the core returned it. Which values a saver saves
-is asked of eager itself (``graph_ops``'s ``eager_saved_args``: the call run on meta tensors, its nodes'
-``_saved_*`` read), with the program's own requires-grad flags: the superset ``saved_by_backward`` gives made a
-watch raise where eager's dropout saves nothing (fuzzer s1809_447). Only for a call autograd records (a call under
-no_grad saves nothing), only where the core may be differentiated (the slicer is given which inputs require
-grad), only for an output that no other core output aliases (each would get a counter of its own where eager's
-share one) and that no input aliases (by storage or by the graph: a p=0 dropout returns its input), and not for an
-in-place op, whose backward reads its input's old value from a copy autograd saves (fuzzer s1502_2277).
+its own, no view relation for autograd), whatever the inner backend (inductor returned the saved buffer itself for
+an ``_unsafe_view`` written into the graph). AOTAutograd does that only for an output that requires grad; one that
+requires none (``t2 = t0.detach().sigmoid()`` saved by ``t2 * t0``) it returns as the graph's ``alias``, a view
+where eager's is none (fuzzer s1812_1567), so such an output is returned as ``clone(value)``: a fresh tensor, as
+eager's is, that no other output shares. The compiled backward's saved alias then never sees the caller's writes.
+Eager's error where eager's backward does reach the saver is kept by a watch (Note [Eager's version error] in
+version_watches.py): a pre-hook on the core's node raises it when a gradient arrives at an output computed from the
+saver and the returned value's version has moved since the core returned it. Which values a saver saves is asked of
+eager itself (``graph_ops``'s ``eager_saved_args``: the call run on meta tensors, its nodes' ``_saved_*`` read),
+with the program's own requires-grad flags: the superset ``saved_by_backward`` gives made a watch raise where
+eager's dropout saves nothing (fuzzer s1809_447). Only for a call autograd records (a call under no_grad saves
+nothing), only where the core may be differentiated (the slicer is given which inputs require grad), only for an
+output that no other core output aliases (each would get a counter of its own where eager's share one) and that no
+input aliases (by storage or by the graph: a p=0 dropout returns its input), and not for an in-place op, whose
+backward reads its input's old value from a copy autograd saves (fuzzer s1502_2277).
 
 Note [A saved view of an input the epilogue views]
 ``t1 = a.view(1, 4).split(2, 1)[1]; return t1, t1.sin()``: eager's ``sin`` saves ``t1``, a view of the input
@@ -103,7 +106,7 @@ def separate_saved_aliases(
     watches += [_watch("input", i, found, returned) for i, found in sorted(viewed.items())]
     for ref in outputs:
         (k,) = positions[ref]
-        returned[k] = _separated(graph, returned[k])
+        returned[k] = _separated(graph, returned[k], returned[k] in requires_grad)
     return returned, tuple(w for w in watches if w.readers)
 
 
@@ -158,9 +161,10 @@ def _viewed_input(v: fx.Node) -> fx.Node | None:
     return n
 
 
-def _separated(graph: fx.Graph, value: fx.Node) -> fx.Node:
-    """``alias(value)``, appended to ``graph``."""
-    node = graph.call_function(torch.ops.aten.alias.default, (value,))
+def _separated(graph: fx.Graph, value: fx.Node, requires_grad: bool) -> fx.Node:
+    """``alias(value)`` (``clone`` where it requires no grad), appended to ``graph``."""
+    op = torch.ops.aten.alias.default if requires_grad else torch.ops.aten.clone.default
+    node = graph.call_function(op, (value,))
     node.meta = {**value.meta, _SEPARATED: True}
     return node
 

@@ -115,7 +115,9 @@ def watch(
     shape: tuple[int, ...] | None = None,
 ) -> None:
     """Raise eager's error where eager's backward would meet a saved ``t`` (or a saved alias of it) written."""
-    if not t.requires_grad:
+    if name is not None and not t.requires_grad:
+        # An op's own result (saved_results names the op): saved only where autograd recorded the op. A saved
+        # alias's saver is recorded by construction, whatever the flag of the value it saves (s1812_1567).
         return
     node = next((r.grad_fn for r in readers if r.grad_fn is not None), None)
     if node is None:

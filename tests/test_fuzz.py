@@ -1044,12 +1044,13 @@ def test_s1812_696_a_no_grad_view_of_a_kept_eval_dropout_written_under_no_grad(l
     _assert_no_violation(1812, 696, label, "stock[aot_eager]")
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1812_1567, a separated output that requires no grad comes back a view")
 def test_s1812_1567_a_separated_output_that_requires_no_grad_is_no_view() -> None:
-    """Open (seed 1812 on ed2e503, present on e93dcc1; ``compile_function``): ``t2 = t0.detach().mul_(3.0).sigmoid()``
-    is returned and saved by ``t3 = t2 * t0``'s node. Note [A saved alias of a value the caller can write] returns
-    it through ``alias(t2)``; it requires no grad, and AOTAutograd then hands it back as a view of the core's
-    intermediate (``t2._is_view()`` where eager's is no view), not through its ``_unsafe_view``."""
+    """Seed 1812 on ed2e503 (``compile_function``): ``t2 = t0.detach().mul_(3.0).sigmoid()`` is returned and saved
+    by ``t3 = t2 * t0``'s node. Note [A saved alias of a value the caller can write] returned it through
+    ``alias(t2)``; it requires no grad, and AOTAutograd handed it back as a view of the core's intermediate
+    (``t2._is_view()`` where eager's is no view), not through its ``_unsafe_view``. Such an output is now a
+    ``clone``, and its watch no longer skips a value that requires no grad (mul's node still saved it), so
+    eager's version error after the caller writes ``t2`` is kept."""
     _assert_no_violation(1812, 1567, "prototype_fn[aot_eager]", "stock[aot_eager]")
 
 
