@@ -150,11 +150,13 @@ def bases_to_recompute(
     return frozenset(marked)
 
 
-def unsaved_storage(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> set[fx.Node] | None:
+def unsaved_storage(
+    meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], watched: fx.Node | None = None
+) -> set[fx.Node] | None:
     """The nodes of ``root``'s storage, where the compiled backward can be told to save none of them (Note [Bases
     the compiled backward must not save]): computed in the graph, drawing no random numbers, and no value of it
-    read by the backward of a ``compiled`` node in eager (a call run in eager saves what eager saves). None
-    otherwise."""
+    read by the backward of a ``compiled`` node in eager (a call run in eager saves what eager saves) but the result
+    of ``watched``, which a watch checks instead (Note [Segments]). None otherwise."""
     if root.op == "placeholder":
         return None
     family = {n for n in meta.nodes if meta.root.get(n) is root}
@@ -165,7 +167,7 @@ def unsaved_storage(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> s
         return None
 
     recorded = _recorded_in(meta, compiled)
-    if any(graph_ops.is_random(n) for n in family) or _eager_saves_any(meta.nodes, family, recorded):
+    if any(graph_ops.is_random(n) for n in family) or _eager_saves_any(meta.nodes, family, recorded, watched):
         return None
     return family
 
@@ -216,16 +218,18 @@ def _read_past(
     return False
 
 
-def _eager_saves_any(nodes: list[fx.Node], family: set[fx.Node], recorded: Callable[[fx.Node], bool]) -> bool:
+def _eager_saves_any(
+    nodes: list[fx.Node], family: set[fx.Node], recorded: Callable[[fx.Node], bool], watched: fx.Node | None = None
+) -> bool:
     """Whether eager's backward reads a value of ``family`` (one storage): a recorded call whose backward reads an
-    argument in it, or produces a value in it and reads its result. Unknown calls count as reading it."""
+    argument in it, or produces a value in it and reads its result (but ``watched``). Unknown calls count."""
     for n in nodes:
         if n.op not in ("call_function", "call_method") or not recorded(n) or graph_ops.is_view_getitem(n):
             continue
         if n not in family and not any(i in family for i in n.all_input_nodes):
             continue
         saved = graph_ops.saved_by_backward(n)
-        if saved is None or saved[0] & family or (saved[1] and n in family):
+        if saved is None or saved[0] & family or (saved[1] and n in family and n is not watched):
             return True
     return False
 

@@ -70,6 +70,9 @@ class VersionWatch:
     readers: tuple[int, ...]  # the core outputs computed from the node that saved it (or an alias of it)
     name: str | None = None  # eager's node that made the saved value, where eager's message names it
     shape: tuple[int, ...] | None = None  # the saved value's shape, where it is an alias of the watched tensor
+    # An output held as a detached alias too: the compiled backward recomputes it (Note [Segments]) where eager
+    # saved it, so it may die, written in place first, long before eager's saved value would.
+    held_strongly: bool = False
 
 
 def separate_saved_aliases(
@@ -133,6 +136,17 @@ def _watch(
         return VersionWatch(source, index, readers)
     shape = getattr(graph_ops.example_value(found[0][1]), "shape", ())
     return VersionWatch(source, index, readers, shape=tuple(int(s) if isinstance(s, int) else -1 for s in shape))
+
+
+def result_watch_name(n: fx.Node) -> str | None:
+    """Eager's node for a call whose backward reads its own result (``TanhBackward0``), as the runtime's watch of
+    that result names it (Note [Eager's version error] in version_watches.py); None for any other call."""
+    reads = graph_ops.saved_by_backward(n)
+    if reads is None or not reads[1] or not isinstance(graph_ops.example_value(n), torch.Tensor):
+        return None
+    target = getattr(torch.Tensor, str(n.target), None) if n.op == "call_method" else n.target
+    args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), graph_ops.example_value)
+    return ti.eager_node_name(target, args, kwargs) if callable(target) else None
 
 
 def tensor_readers(returned: Sequence[Any], below: Container[Any]) -> tuple[int, ...]:

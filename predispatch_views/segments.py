@@ -27,7 +27,9 @@ A cut is refused (the program falls back as before) where the second half would 
   may save that value for backward (the write bumps its version: eager's backward raises if eager saved it, the
   compiled one where the partitioner did; Note [Mutations the epilogue must not replay]) and eager's backward
   reads some value of its storage (where it reads none, the earlier segment's nodes of that storage are tagged
-  for recomputation instead: Note [Bases the compiled backward must not save] in output_rules.py), or where a
+  for recomputation instead: Note [Bases the compiled backward must not save] in output_rules.py; where only the
+  value's producer saves it, as ``sigmoid`` does, too, and that segment's watch raises eager's error: Note [Eager's
+  version error]; segment_savers.py), or where a
   restricted view of it crosses too and a value of its storage requires grad (its lazy error would be read early:
   Note [A restricted view aliased by a write] in runtime.py; with none, its ``grad_fn`` is None and raises
   nothing). Otherwise the second half is a graph whose inputs alias each other and that writes one of them, as a
@@ -58,7 +60,6 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
-from .fallback_rules import may_save
 from .graph_meta import (
     GraphBreaks,
     GraphMeta,
@@ -74,7 +75,7 @@ from .graph_meta import (
     taken_at,
     through_a_copy,
 )
-from .output_rules import unsaved_storage
+from .segment_savers import compiled_saver, eager_write_refused
 
 log = logging.getLogger("predispatch_views")
 
@@ -169,7 +170,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False, through: fx.
             ("second", [n for n in body if order[n] > order[at] and n not in middle], True),
         ]
         for n in (n for n in body if n in middle):
-            if (reason := _eager_write_refused(meta, n, groups[0][1], recompute)) is not None:
+            if (reason := eager_write_refused(meta, n, groups[0][1], recompute)) is not None:
                 return reason
         read = {i for n in middle for i in n.all_input_nodes if i not in middle}
         if restricted := [i.name for i in read if restricted_view(meta, i) and through_a_copy(i)]:
@@ -279,45 +280,8 @@ def _refused(
                 and not only_hidden_writes(meta, root)
             ):
                 return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
-            if (saver := _compiled_saver(meta, root, compiled_before, recompute)) is not None:
+            if (saver := compiled_saver(meta, root, compiled_before, recompute)) is not None:
                 return f"{n.name} writes {w.name}, whose {saver} of an earlier compiled segment may save"
-    return None
-
-
-def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> bool:
-    """A compiled differentiable op whose backward reads its own result (``sigmoid``, ``exp``...: Note [Which ops
-    save their result]; any call that is no ATen op, conservatively) saves it. Eager saves it too, but in its own
-    node; the compiled segment's outputs share one node, so a backward through any of them unpacks it, and a later
-    write that bumped its version raises there (fuzzer s1103_903: ``t1 = t0.sigmoid()`` crossing into a segment
-    that runs ``t1.unsqueeze_(1)``, then a backward through ``t0``)."""
-    if root not in compiled or root.op != "call_function" or root not in meta.recorded:
-        return False
-    if is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root):
-        return False
-    return not graph_ops.is_aten_call(root) or graph_ops.backward_reads_its_result(root)
-
-
-def _eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node], recompute: set[fx.Node]) -> str | None:
-    """A call run in eager that writes (a metadata mutation of an input, compile_function) a tensor the compiled
-    segment before it may save: the write bumps its version, and the compiled backward would raise where eager's,
-    which may not have saved it, does not (the rule for a later compiled segment's writes, Note [Segments])."""
-    for w in graph_ops.written_args(at):
-        if (saver := _compiled_saver(meta, meta.root.get(w, w), set(first), recompute)) is not None:
-            return f"{at.name} writes {w.name}, whose {saver} of the compiled segment before it may save"
-    return None
-
-
-def _compiled_saver(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], recompute: set[fx.Node]) -> str | None:
-    """What of the ``compiled`` nodes may save a value of ``root``'s storage that a later write would break: a
-    reader the partitioner may save ``root`` for (``may_save``), unless tagging the storage for recomputation
-    avoids it (added to ``recompute``: Note [Bases the compiled backward must not save]), or ``root``'s own producer
-    (``_saved_by_its_producer``). None when nothing compiled may save it."""
-    if (saver := may_save(meta, root, set(meta.nodes) - compiled, set())) is not None:
-        if (family := unsaved_storage(meta, root, compiled)) is None:
-            return f"base {saver.name}"
-        recompute |= family & compiled
-    if _saved_by_its_producer(meta, root, compiled):
-        return f"producer {root.name}"
     return None
 
 

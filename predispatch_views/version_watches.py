@@ -25,7 +25,7 @@ import functools
 import re
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import fx
@@ -33,7 +33,7 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
-from .saved_aliases import VersionWatch, separated_value, tensor_readers
+from .saved_aliases import VersionWatch, result_watch_name, separated_value, tensor_readers
 from .slicing import SlicedProgram
 
 
@@ -44,7 +44,8 @@ def watch_lines(sliced: SlicedProgram, core_output: dict[int, str], bind: Callab
     lines = []
     for w in core_watches(sliced):
         watched = core_output[w.index] if w.source == "output" else f"args[{w.index}]"
-        fn = bind(functools.partial(watch, source=w.source, name=w.name, shape=w.shape), "_watch")
+        strong = w.source == "input" or w.held_strongly
+        fn = bind(functools.partial(watch, strong=strong, name=w.name, shape=w.shape), "_watch")
         lines.append(f"{fn}({watched}, ({''.join(core_output[j] + ', ' for j in w.readers)}))")
     return lines
 
@@ -61,16 +62,10 @@ def saved_results(core: fx.GraphModule) -> list[VersionWatch]:
     for k, n in enumerate(returned):
         if not isinstance(n, fx.Node) or n.op not in ("call_function", "call_method"):
             continue
-        reads = graph_ops.saved_by_backward(n)
-        if reads is None or not reads[1] or not isinstance(graph_ops.example_value(n), torch.Tensor):
-            continue
-        target = getattr(torch.Tensor, str(n.target), None) if n.op == "call_method" else n.target
-        args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), graph_ops.example_value)
-        name = ti.eager_node_name(target, args, kwargs) if callable(target) else None
-        if name is not None:
+        if (name := result_watch_name(n)) is not None:
             below = graph_ops.descendants(n)
             readers = tensor_readers(returned, below | {n})
-            found.append(VersionWatch("output", k, readers, name))
+            found.append(VersionWatch("output", k, readers, name, held_strongly=ti.is_marked_must_recompute(n)))
     return found
 
 
@@ -100,7 +95,7 @@ def watching_saved_results(gm: fx.GraphModule, run: Callable[..., Any]) -> Calla
     def watching(*args: Any) -> Any:
         outs = run(*args)
         for w in watched:
-            watch(outs[w.index], tuple(outs[j] for j in w.readers), source="output", name=w.name)
+            watch(outs[w.index], tuple(outs[j] for j in w.readers), strong=False, name=w.name)
         return outs
 
     return watching
@@ -110,7 +105,7 @@ def watch(
     t: torch.Tensor,
     readers: tuple[torch.Tensor, ...],
     *,
-    source: Literal["output", "input"],
+    strong: bool,
     name: str | None,
     shape: tuple[int, ...] | None = None,
 ) -> None:
@@ -124,7 +119,7 @@ def watch(
         return
     positions = [r.output_nr for r in readers if r.grad_fn is node]
     # An output is held weakly: a strong reference keeps the output, its node and what that saved alive in a cycle.
-    held: Callable[[], torch.Tensor | None] = weakref.ref(t) if source == "output" else _holder(t.detach())
+    held: Callable[[], torch.Tensor | None] = _holder(t.detach()) if strong else weakref.ref(t)
     node.register_prehook(functools.partial(_check, held, t._version, positions, name, shape))
 
 

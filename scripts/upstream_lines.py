@@ -57,7 +57,7 @@ STAGES = {
         "saved_value_rules.py",
         "function_rules.py",
     ],
-    "slicing and segments": ["slicing.py", "saved_aliases.py", "segments.py"],
+    "slicing and segments": ["slicing.py", "saved_aliases.py", "segments.py", "segment_savers.py"],
     "runtime (epilogue codegen, checks per call)": ["runtime.py", "version_watches.py", "stock_views.py"],
     "pipeline (stage order, inner backend, fallback to stock)": ["pipeline.py", "inner_backend.py"],
     "diagnostic only (explain's functional graph)": ["functionalize.py"],

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import predispatch_views
-from predispatch_views import pipeline
 from tests.parity_utils import assert_matches_eager, view_nodes
 
 
@@ -240,38 +239,39 @@ def test_a_function_call_nothing_observes_is_not_cut_around(entry: str) -> None:
     assert_matches_eager(dead_function_call_then_write, _compiled(dead_function_call_then_write, entry), make_inputs)
 
 
-def exp_then_marks_dirty(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    y = x.exp()  # exp's backward reads its result: eager saves y
-    return MarksDirty.apply(y).unbind(0)  # ... and the Function writes it: eager's backward raises
+def exp_and_a_double_then_marks_dirty(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.exp()
+    z = x * 2  # computed in the same compiled segment as exp
+    return (*MarksDirty.apply(y).unbind(0), z)
+
+
+def _eager_error(fn: Any, make_inputs: Any, backward_through: slice) -> str | None:
+    outs = fn(*make_inputs())
+    try:
+        torch.autograd.backward(outs[backward_through], [torch.ones_like(o) for o in outs[backward_through]])
+    except RuntimeError as e:
+        return str(e)
+    return None
 
 
 @pytest.mark.parametrize("entry", ["backend", "compile_function"])
-def test_a_dirty_write_to_a_result_its_producer_saves_is_not_cut_around(entry: str) -> None:
-    """The write would bump the version of exp's result, which the compiled segment before the call saves in its
-    one node: the cut is refused and the program falls back (stock for the backend, eager for compile_function),
-    whose backward raises as eager's does."""
+def test_a_dirty_write_to_a_result_its_producer_saves_is_cut_around_and_watched(entry: str) -> None:
+    """The Function's write bumps the version of exp's result, which exp's backward reads. The compiled segment
+    before the call saved it in its one node, so a backward through ``z`` alone, which never reaches exp in eager,
+    raised there: the cut was refused and the program fell back (stock for the backend, eager for
+    compile_function). Now exp's storage is tagged for recomputation in that segment and the segment's watch of
+    its result raises eager's own error, message included, where eager's backward reaches exp (segment_savers.py)."""
 
     def make_inputs() -> list[torch.Tensor]:
         return [torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)]
 
-    def forward_and_backward(fn: Any) -> None:
-        torch.autograd.backward(fn(*make_inputs()), [torch.ones(4)] * 3)
-
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        forward_and_backward(exp_then_marks_dirty)
-    pipeline.FALLBACKS.clear()
-    if entry == "compile_function":
-        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-            forward_and_backward(predispatch_views.compile_function(exp_then_marks_dirty, inner="aot_eager"))
-        assert any("marks an input dirty" in r for _, r in pipeline.FALLBACKS), list(pipeline.FALLBACKS)
-        return
-    # Stock's AOTAutograd raises eager's error already when it traces the joint graph through the Function.
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        forward_and_backward(torch.compile(exp_then_marks_dirty, backend=predispatch_views.backend("aot_eager")))
-    assert any("marks an input dirty" in r for _, r in pipeline.FALLBACKS), list(pipeline.FALLBACKS)
-    torch._dynamo.reset()
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        forward_and_backward(torch.compile(exp_then_marks_dirty, backend="aot_eager"))
+    compiled = _compiled(exp_and_a_double_then_marks_dirty, entry)  # strict: no fallback
+    for through in (slice(0, 3), slice(3, 4), slice(0, 4)):
+        torch._dynamo.reset()
+        expected = _eager_error(exp_and_a_double_then_marks_dirty, make_inputs, through)
+        assert (expected is None) == (through == slice(3, 4))
+        assert _eager_error(compiled, make_inputs, through) == expected
+    assert_matches_eager(exp_and_a_double_then_marks_dirty, compiled, make_inputs)
 
 
 def _block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -393,3 +393,8 @@ from .pre_dispatch_trace import trace_pre_dispatch  # noqa: E402
 from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401
 from .saved_for_backward import backward_reads, eager_node_name, eager_saved_inputs, mark_must_recompute  # noqa: E402, F401
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402
+
+
+def is_marked_must_recompute(node: torch.fx.Node) -> bool:
+    """Whether ``mark_must_recompute`` tagged ``node`` (the tag travels with the node's meta through our stages)."""
+    return node.meta.get("recompute") is torch.utils.checkpoint.CheckpointPolicy.MUST_RECOMPUTE

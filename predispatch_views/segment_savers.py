@@ -1,0 +1,56 @@
+"""Stage 2c's rule for what an earlier compiled segment may save that a later write breaks (Note [Segments] in
+segments.py): a reader the partitioner may save a value for, or the value's own producer."""
+
+from __future__ import annotations
+
+from torch import fx
+
+from . import _torch_internals as ti
+from . import graph_ops
+from .fallback_rules import may_save
+from .graph_meta import GraphMeta, is_any_view
+from .output_rules import unsaved_storage
+from .saved_aliases import result_watch_name
+
+
+def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], recompute: set[fx.Node]) -> bool:
+    """Whether ``root`` is a compiled differentiable op whose backward reads its own result (``sigmoid``, ``exp``...:
+    Note [Which ops save their result]; any call that is no ATen op, conservatively), saved where a later write
+    breaks the compiled backward. Eager saves it in its own node; the
+    compiled segment's outputs share one, so a backward through any of them unpacked it after a later write bumped
+    its version, and raised (fuzzer s1103_903). Its storage is tagged for recomputation instead where no other
+    compiled node saves it, and the segment's watch of the result raises eager's error where eager's backward
+    reaches the op (Note [Eager's version error]; s1812_406); not under compiled autograd, which runs no watch."""
+    if root not in compiled or root.op != "call_function" or root not in meta.recorded:
+        return False
+    if is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root):
+        return False
+    if graph_ops.is_aten_call(root) and not graph_ops.backward_reads_its_result(root):
+        return False
+    watched = not ti.compiled_autograd_configured() and result_watch_name(root) is not None
+    if (family := unsaved_storage(meta, root, compiled, root) if watched else None) is None:
+        return True
+    recompute |= family & compiled
+    return False
+
+
+def eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node], recompute: set[fx.Node]) -> str | None:
+    """A call run in eager that writes (a metadata mutation of an input, compile_function) a tensor the compiled
+    segment before it may save: the write bumps its version, and the compiled backward would raise where eager's,
+    which may not have saved it, does not (the rule for a later compiled segment's writes, Note [Segments])."""
+    for w in graph_ops.written_args(at):
+        if (saver := compiled_saver(meta, meta.root.get(w, w), set(first), recompute)) is not None:
+            return f"{at.name} writes {w.name}, whose {saver} of the compiled segment before it may save"
+    return None
+
+
+def compiled_saver(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], recompute: set[fx.Node]) -> str | None:
+    """What of the ``compiled`` nodes may save a value of ``root``'s storage that a later write would break: a
+    reader the partitioner may save ``root`` for (``may_save``), unless tagging the storage for recomputation
+    avoids it (added to ``recompute``: Note [Bases the compiled backward must not save]), or ``root``'s own producer
+    (``_saved_by_its_producer``). None when nothing compiled may save it."""
+    if (saver := may_save(meta, root, set(meta.nodes) - compiled, set())) is not None:
+        if (family := unsaved_storage(meta, root, compiled)) is None:
+            return f"base {saver.name}"
+        recompute |= family & compiled
+    return f"producer {root.name}" if _saved_by_its_producer(meta, root, compiled, recompute) else None
