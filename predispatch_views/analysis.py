@@ -172,6 +172,7 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
     if (fallback := output_rules.core_writes_through_a_view(meta, epilogue, externals)) is not None:
         return fallback
     recompute = output_rules.bases_to_recompute(meta, epilogue, duplicated, externals)
+    recompute |= output_rules.results_to_watch(meta, epilogue, duplicated)
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved, recompute)
 
 

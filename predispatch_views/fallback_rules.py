@@ -16,7 +16,9 @@ fall back:
   by a number, ``sum``) cannot make the partitioner save anything, and are looked through. The op that produced
   the base counts too when its backward reads its result (``sigmoid``, ``exp``) and the base is read after the
   write (views taken before it raise eager's lazy error first): eager raises then as well, but its message
-  names the node that saved the tensor, which the compiled backward's cannot.
+  names the node that saved the tensor, which the compiled backward's cannot. Where no other compiled op saves a
+  value of that storage, it is tagged for recomputation instead and the core's watch of the result raises eager's
+  error, message included (``output_rules.results_to_watch``; Note [Eager's version error]).
 
 Note [A view taken under no_grad keeps its base's requires_grad]
 Eager answers ``requires_grad`` of a view from its base: ``with torch.no_grad(): v = x.expand(...)`` gives a
@@ -247,8 +249,10 @@ def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: s
             reader = None  # the core recomputes it instead: Note [Bases the compiled backward must not save]
         # A reader after the write is compiled after it once the program is cut there (Note [Segments]).
         cut_after = m if reader is not None and meta.order[reader] > meta.order[m] else None
-        if reader is None and _saves_its_result_and_is_read_after(meta, m, base, epilogue):
-            reader = base  # sigmoid, exp...: the backward reads the very tensor the epilogue writes
+        # sigmoid, exp...: the backward reads the very tensor the epilogue writes (unless results_to_watch tags it)
+        saves_it = reader is None and output_rules.saves_its_result_and_is_read_after(meta, m, base, epilogue)
+        if saves_it and output_rules.watched_result_family(meta, base, core) is None:
+            reader = base
         if reader is not None:
             what = "graph input" if base.op == "placeholder" else "intermediate"
             return Fallback(
@@ -259,20 +263,6 @@ def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: s
                 cut_after=cut_after,
             )
     return None
-
-
-def _saves_its_result_and_is_read_after(meta: GraphMeta, m: fx.Node, base: fx.Node, epilogue: set[fx.Node]) -> bool:
-    """The op producing ``base`` saves its result, and something reads the base after the write ``m``.
-
-    Views taken before the write raise eager's lazy error on their ``grad_fn`` before any backward reaches the
-    producer (``outs = y.split(2); y.mul_(2); return outs``); only a read after it leads backward there.
-    """
-    if base not in meta.recorded or base in epilogue or not graph_ops.backward_reads_its_result(base):
-        return False
-    after = meta.nodes[meta.order[m] + 1 :]
-    read = {m, base} | {n for n in after if meta.root.get(n) is base}  # the write, the base, aliases taken after
-    unread_writes = {n for n in after if n in epilogue and graph_ops.mutated_input(n) is not None and not n.users}
-    return any(i in read for n in after if n not in unread_writes for i in n.all_input_nodes)
 
 
 def may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> fx.Node | None:

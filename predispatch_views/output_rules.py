@@ -43,6 +43,7 @@ from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
 from .graph_meta import GraphMeta, is_any_view, numel
+from .saved_aliases import result_watch_name
 
 
 def unreproduced_output_alias(
@@ -150,6 +151,15 @@ def bases_to_recompute(
     return frozenset(marked)
 
 
+def watched_result_family(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> set[fx.Node] | None:
+    """The nodes of ``root``'s storage, whose producer saves its own result (``sigmoid``), where the compiled backward
+    may recompute them instead: the runtime's watch of that result then raises eager's error where eager's backward
+    reaches the producer (Note [Eager's version error]). None under compiled autograd, which runs no watch."""
+    if ti.compiled_autograd_configured() or result_watch_name(root) is None:
+        return None
+    return unsaved_storage(meta, root, compiled, root)
+
+
 def unsaved_storage(
     meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], watched: fx.Node | None = None
 ) -> set[fx.Node] | None:
@@ -253,3 +263,28 @@ def _written_back_through_a_view(target: fx.Node, base: fx.Node) -> bool:
             return True
         n = n.args[0]
     return False
+
+
+def results_to_watch(meta: GraphMeta, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> set[fx.Node]:
+    """The core's nodes of each base whose producer saves its result and that a replayed write hands to a later
+    read (Note [Mutations the epilogue must not replay]): recomputed, the core's watch raising eager's error."""
+    core = {n for n in meta.nodes if n not in epilogue or n in duplicated}
+    tagged: set[fx.Node] = set()
+    for m in meta.mutations:
+        if m in epilogue and saves_its_result_and_is_read_after(meta, m, meta.root[m], epilogue):
+            tagged |= (watched_result_family(meta, meta.root[m], core) or set()) & core
+    return tagged
+
+
+def saves_its_result_and_is_read_after(meta: GraphMeta, m: fx.Node, base: fx.Node, epilogue: set[fx.Node]) -> bool:
+    """The op producing ``base`` saves its result, and something reads the base after the write ``m``.
+
+    Views taken before the write raise eager's lazy error on their ``grad_fn`` before any backward reaches the
+    producer (``outs = y.split(2); y.mul_(2); return outs``); only a read after it leads backward there.
+    """
+    if base not in meta.recorded or base in epilogue or not graph_ops.backward_reads_its_result(base):
+        return False
+    after = meta.nodes[meta.order[m] + 1 :]
+    read = {m, base} | {n for n in after if meta.root.get(n) is base}  # the write, the base, aliases taken after
+    unread_writes = {n for n in after if n in epilogue and graph_ops.mutated_input(n) is not None and not n.users}
+    return any(i in read for n in after if n not in unread_writes for i in n.all_input_nodes)

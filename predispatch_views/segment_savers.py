@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from torch import fx
 
-from . import _torch_internals as ti
 from . import graph_ops
 from .fallback_rules import may_save
 from .graph_meta import GraphMeta, is_any_view
-from .output_rules import unsaved_storage
-from .saved_aliases import result_watch_name
+from .output_rules import unsaved_storage, watched_result_family
 
 
 def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], recompute: set[fx.Node]) -> bool:
@@ -27,8 +25,7 @@ def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node
         return False
     if graph_ops.is_aten_call(root) and not graph_ops.backward_reads_its_result(root):
         return False
-    watched = not ti.compiled_autograd_configured() and result_watch_name(root) is not None
-    if (family := unsaved_storage(meta, root, compiled, root) if watched else None) is None:
+    if (family := watched_result_family(meta, root, compiled)) is None:
         return True
     recompute |= family & compiled
     return False

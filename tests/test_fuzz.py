@@ -824,14 +824,17 @@ def test_s1802_a_views_lazy_error_met_at_compile_time_runs_the_graph_uncompiled(
     of Unbind is a view and its base or another view of its base has been modified inplace", the same for a view
     made under no_grad): AOTAutograd reads every ``grad_fn`` while it traces, eager only where a later op or a
     backward reads it. Stock crashes; the ceiling runs it. The graph now runs uncompiled there, as for the
-    version-counter error (Note [Graphs the inner backend rejects]), and matches eager."""
+    version-counter error (Note [Graphs the inner backend rejects]), and matches eager. 116 compiles since the
+    session of 2026-12-06: ``exp``'s result, written under no_grad after ``unbind``, is recomputed in the backward
+    and watched (output_rules.results_to_watch), so the write is replayed and no view is read early."""
     program = generate(1802, index, ALL)
     by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
     reference = run_program(program, eager())
     assert classify(reference, run_program(program, by_label["stock[aot_eager]"])).kind == "crash"
     run = run_program(program, by_label["prototype[aot_eager]"])
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
-    assert any("reading the grad_fn of a view whose base was written" in f for f in run.fallbacks), run.fallbacks
+    expected = [] if index == 116 else ["reading the grad_fn of a view whose base was written"]
+    assert [e for e in expected if any(e in f for f in run.fallbacks)] == expected, run.fallbacks
 
 
 _UNNAMED_SYMBOL = """
