@@ -298,7 +298,10 @@ def _example(
             return value.detach().requires_grad_(True).view_as(value)
         return value
     node = next(s for s in plan.stages if s.name == kind).nodes[index]
-    value = as_input_alias(meta, node.meta["val"].detach(), example_inputs)  # detach keeps the storage
+    value = node.meta["val"].detach()  # detach keeps the storage
+    call = node.args[0] if node.target is operator.getitem else node
+    if graph_ops.runs_eagerly(call) is not None:  # only there: a real example of Dynamo's adds unguarded symbols
+        value = as_input_alias(meta, value, example_inputs)  # a Function's returned input (s1812_2373)
     if eager_requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
         # A non-leaf, as eager's value is: AOTAutograd hides a write to a leaf input from autograd (detach().copy_),
         # a wrong gradient on eager's non-leaf (test_aotdispatch's test_input_data_and_metadata_mutation).

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
+import predispatch_views
 from predispatch_views import _torch_internals
 from predispatch_views.compare.fuzz import (
     AS_STOCK_ONE_GRAPH,
@@ -41,6 +42,7 @@ from predispatch_views.compare.fuzz import (
 from predispatch_views.compare.fuzz_program import (
     DIMENSIONS,
     Program,
+    ReturnsInput,
     Stmt,
     _eager_outcomes,
     generate,
@@ -1066,3 +1068,33 @@ def test_s1812_2373_a_no_grad_write_to_the_base_of_a_functions_view(label: str) 
     The crossing value is now the input's example viewed with its geometry (graph_meta.as_input_alias): the write
     is replayed after the expand, as eager runs it."""
     _assert_no_violation(1812, 2373, label, "stock[aot_eager]")
+
+
+def _function_view_then_no_grad_write(b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor]:
+    t0 = ReturnsInput.apply(c)
+    t3 = t0.expand(2, t0.shape[0])
+    with torch.no_grad():
+        b.zero_()
+    return (t3,)
+
+
+@pytest.mark.xfail(strict=True, reason="open: s1812_2373 with symbolic sizes (as_input_alias needs concrete ones)")
+def test_s1812_2373_with_symbolic_sizes() -> None:
+    """The same program under ``dynamic=True``: the Function's result has a symbolic geometry, which
+    ``as_input_alias`` cannot lay over the real example (the trace's symbols are not Dynamo's), so the segment after
+    the call still misses the alias and its replayed ``expand`` raises the Function view's error where eager and
+    stock run (present before session 24's fix too)."""
+    compiled = torch.compile(
+        _function_view_then_no_grad_write, backend=predispatch_views.backend("aot_eager"), dynamic=True
+    )
+    for n in (2, 3):
+        base = torch.randn(2, n, requires_grad=True).mul(1)
+        compiled(base[0], base[1])
+
+
+def test_a_view_crossing_a_cut_keeps_its_traced_example() -> None:
+    """Fuzz seed 1814 on 44dd7eb (s1814_143, 252, 441): as_input_alias laid every crossing value sharing an input's
+    storage over Dynamo's real example; the segment's compile then made symbols without a source and Dynamo's guard
+    building raised IndexError where eager and stock run. It is applied to a Function's returned input only."""
+    for index in (143, 252, 441):
+        _assert_no_violation(1814, index, "prototype[aot_eager]", "stock[aot_eager]")
