@@ -11,24 +11,16 @@ from .graph_meta import GraphMeta, is_any_view
 from .output_rules import unsaved_storage, watched_result_family
 
 
-def _saved_by_its_producer(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], recompute: set[fx.Node]) -> bool:
-    """Whether ``root`` is a compiled differentiable op whose backward reads its own result (``sigmoid``, ``exp``...:
-    Note [Which ops save their result]; any call that is no ATen op, conservatively), saved where a later write
-    breaks the compiled backward. Eager saves it in its own node; the
+def _saves_its_result(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> bool:
+    """A compiled differentiable op whose backward reads its own result (``sigmoid``, ``exp``...: Note [Which ops
+    save their result]; any call that is no ATen op, conservatively) saves it. Eager saves it in its own node; the
     compiled segment's outputs share one, so a backward through any of them unpacked it after a later write bumped
-    its version, and raised (fuzzer s1103_903). Its storage is tagged for recomputation instead where no other
-    compiled node saves it, and the segment's watch of the result raises eager's error where eager's backward
-    reaches the op (Note [Eager's version error]; s1812_406); not under compiled autograd, which runs no watch."""
+    its version, and raised (fuzzer s1103_903)."""
     if root not in compiled or root.op != "call_function" or root not in meta.recorded:
         return False
     if is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root):
         return False
-    if graph_ops.is_aten_call(root) and not graph_ops.backward_reads_its_result(root):
-        return False
-    if (family := watched_result_family(meta, root, compiled)) is None:
-        return True
-    recompute |= family & compiled
-    return False
+    return not graph_ops.is_aten_call(root) or graph_ops.backward_reads_its_result(root)
 
 
 def eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node], recompute: set[fx.Node]) -> str | None:
@@ -45,9 +37,15 @@ def compiled_saver(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node], recom
     """What of the ``compiled`` nodes may save a value of ``root``'s storage that a later write would break: a
     reader the partitioner may save ``root`` for (``may_save``), unless tagging the storage for recomputation
     avoids it (added to ``recompute``: Note [Bases the compiled backward must not save]), or ``root``'s own producer
-    (``_saved_by_its_producer``). None when nothing compiled may save it."""
+    (``_saves_its_result``), unless its storage can be tagged too and the segment's watch of the result raises
+    eager's error where eager's backward reaches the op (Note [Eager's version error]; s1812_406; not under
+    compiled autograd, which runs no watch). None when nothing compiled may save it."""
     if (saver := may_save(meta, root, set(meta.nodes) - compiled, set())) is not None:
         if (family := unsaved_storage(meta, root, compiled)) is None:
             return f"base {saver.name}"
         recompute |= family & compiled
-    return f"producer {root.name}" if _saved_by_its_producer(meta, root, compiled, recompute) else None
+    if _saves_its_result(meta, root, compiled):
+        if (family := watched_result_family(meta, root, compiled)) is None:
+            return f"producer {root.name}"
+        recompute |= family & compiled
+    return None
