@@ -328,7 +328,7 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
     for k, n in enumerate(meta.outputs):
         if n not in no_grad_views:
             continue
-        if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, meta.root[n]):
+        if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, n):
             return Fallback(  # Note [What runs between two graphs] in _torch_internals/dynamo_break.py
                 FallbackKind.NO_GRAD_VIEW_AT_GRAPH_BREAK,
                 f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "

@@ -43,7 +43,7 @@ def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) ->
             and n in epilogue
             and n in meta.requires_grad
             and root[n] in reachable
-            and may_be_written_at_break(meta, root[n])
+            and may_be_written_at_break(meta, n)
         ):
             return Fallback(
                 FallbackKind.MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK,

@@ -85,11 +85,15 @@ class GraphMeta:
         return self.nodes[-1]
 
 
-def may_be_written_at_break(meta: GraphMeta, root: fx.Node) -> bool:
-    """Whether the instruction Dynamo broke the graph at may write the storage of ``root`` in place (or the graph
-    writes it itself: then eager's view may refuse Dynamo's read without the instruction's help)."""
-    writes = meta.graph_breaks.break_writes
-    if writes is None or any(meta.root.get(w) is root for m in meta.mutations for w in graph_ops.written_args(m)):
+def may_be_written_at_break(meta: GraphMeta, view: fx.Node) -> bool:
+    """Whether the instruction Dynamo broke the graph at may write the storage of ``view``'s root in place (or the
+    graph writes it itself after ``view`` was taken: then eager's view may refuse Dynamo's read without the
+    instruction's help; a view taken after the write records the version it sees, and the replay keeps that
+    order)."""
+    writes, root, since = meta.graph_breaks.break_writes, meta.root[view], taken_at(view, meta.order)
+    if writes is None or any(
+        meta.order[m] > since and meta.root.get(w) is root for m in meta.mutations for w in graph_ops.written_args(m)
+    ):
         return True
     nodes = {meta.placeholders[i] if kind == "input" else meta.outputs[i] for kind, i in writes}
     return any(meta.root.get(n, n) is root for n in nodes)

@@ -655,22 +655,48 @@ def no_grad_view_across_an_explicit_break(a: torch.Tensor, b: torch.Tensor) -> A
     return t1 * 1, t1, b
 
 
+def no_grad_view_across_another_inputs_metadata_write(a: torch.Tensor, b: torch.Tensor) -> Any:
+    with torch.no_grad():
+        t1 = a.t().select(1, 1)
+    s = b.sum()
+    b.unsqueeze_(0)  # a graph break (an in-place view of input b): bumps b's version only, not a's
+    return t1, s * 2, b
+
+
+def no_grad_view_taken_after_a_write_across_a_break(a: torch.Tensor, b: torch.Tensor) -> Any:
+    with torch.no_grad():
+        a.mul_(2)  # the graph writes the base before the view is taken: the view records the version it sees
+        t1 = a.t().select(1, 1)
+    u = torch.empty(0)
+    torch.tanh(b.detach(), out=u)  # a graph break that writes u only
+    return t1, u
+
+
 @pytest.mark.parametrize(
     "fn",
-    [split_of_an_input_across_an_out_call, no_grad_view_across_a_jump, no_grad_view_across_an_explicit_break],
+    [
+        split_of_an_input_across_an_out_call,
+        no_grad_view_across_a_jump,
+        no_grad_view_across_an_explicit_break,
+        no_grad_view_across_another_inputs_metadata_write,
+        no_grad_view_taken_after_a_write_across_a_break,
+    ],
     ids=lambda f: f.__name__,
 )
 def test_a_view_crossing_a_graph_break_whose_instruction_cannot_write_its_base_is_replayed(fn: Any) -> None:
     """Note [What runs between two graphs]: the break's instruction writes only ``u``, or nothing, so no write can
     make eager's view refuse the ``grad_fn`` read of Dynamo's wrapping (the rules fell back on every such view);
     the views crossing the break are eager's, with eager's gradients. The ``c.t_()`` and ``a.unsqueeze_(2)`` of
-    the tests above still fall back (a method call may write its object)."""
+    the tests above still fall back (an in-place view op bumps the version of its object's aliases: there, the
+    view's base); ``b.unsqueeze_(0)`` of another input does not, nor does the graph's own write before the view."""
 
     def inputs() -> list[torch.Tensor]:
         source = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
-        return (
-            [source, source[1].mul(1)] if fn is split_of_an_input_across_an_out_call else [source[0].mul(1), source[1]]
-        )
+        if fn is split_of_an_input_across_an_out_call:
+            return [source, source[1].mul(1)]
+        if fn is no_grad_view_across_another_inputs_metadata_write:  # eager refuses unsqueeze_ of a leaf's view
+            return [source[0].mul(1), source[1].mul(1)]
+        return [source[0].mul(1), source[1]]
 
     torch._dynamo.reset()
     pv.FALLBACKS.clear()
@@ -698,8 +724,23 @@ def test_what_a_graph_break_instruction_writes() -> None:
         return y
 
     def a_method(a: torch.Tensor, b: torch.Tensor) -> Any:
+        y = a * b.sum()
+        b.t_()  # an in-place view op on an input: it writes its receiver (its version), nothing else
+        return y
+
+    def a_method_on_an_unread_input(a: torch.Tensor, b: torch.Tensor) -> Any:
         y = a * 2
-        b.t_()  # a metadata write of an input: a method call, anything
+        b.t_()  # b shares no storage with the graph's input a
+        return y
+
+    def set_of_an_input(a: torch.Tensor, b: torch.Tensor) -> Any:
+        y = a * 2
+        b.set_(a.detach())  # changes what b aliases: unknown
+        return y
+
+    def another_method(a: torch.Tensor, b: torch.Tensor) -> Any:
+        y = a * 2
+        b.tolist()  # a method call that is no in-place view op: unknown
         return y
 
     cases = [
@@ -707,7 +748,10 @@ def test_what_a_graph_break_instruction_writes() -> None:
         (no_grad_view_across_a_jump, frozenset()),
         (no_grad_view_across_an_explicit_break, frozenset()),
         (into_an_input, frozenset({("input", 0)})),  # Dynamo's graph takes b first (the first it reads)
-        (a_method, None),
+        (a_method, frozenset({("input", 0)})),  # Dynamo's graph takes b first (the first it reads)
+        (a_method_on_an_unread_input, frozenset()),
+        (set_of_an_input, None),
+        (another_method, None),
     ]
     for fn, writes in cases:
         torch._dynamo.reset()

@@ -9,7 +9,9 @@ between refuses that read; so the instruction decides whether a replayed view cr
 the backend compiles the graph, Dynamo's translator still holds that instruction and, on its stack, what it
 takes: a jump on a tensor's truth value writes nothing, nor does ``print`` of tensors and constants or
 ``torch._dynamo.graph_break()``, and a torch function called with ``out=`` (Dynamo breaks at an ``out=`` it
-cannot trace) writes only its out tensors. Anything else may write whatever it reaches: unknown.
+cannot trace) writes only its out tensors; an in-place view op on a frame's input (``b.unsqueeze_(0)``: Dynamo
+breaks at it) bumps only the version its receiver's storage shares. Anything else may write whatever it reaches:
+unknown. A write the graph itself makes counts only after the view was taken (graph_meta.may_be_written_at_break).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def graph_break_writes(gm: Any) -> Written | None:
 def _writes(gm: Any) -> Written | None:
     from torch._dynamo.symbolic_convert import InstructionTranslator
     from torch._dynamo.variables import BuiltinVariable, ConstantVariable, SkipFunctionVariable, TensorVariable
-    from torch._dynamo.variables.misc import NullVariable
+    from torch._dynamo.variables.misc import DelayGraphBreakVariable, NullVariable
     from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
 
     reason = getattr(gm, "compile_subgraph_reason", None)
@@ -52,6 +54,8 @@ def _writes(gm: Any) -> Written | None:
     if len(stack) < n + 2 or not isinstance(stack[-n - 2], NullVariable):
         return None  # a method call (no NULL below the callable): the method may write its object
     fn, args = stack[-n - 1], stack[len(stack) - n :]
+    if isinstance(fn, DelayGraphBreakVariable):
+        return _inplace_view_of_an_input(gm, tx, fn)
     names = tx.kw_names.as_python_constant() if tx.kw_names is not None else ()
     kwargs = dict(zip(names, args[n - len(names) :]))
     if isinstance(fn, SkipFunctionVariable) and fn.value is torch._dynamo.graph_break:
@@ -68,6 +72,38 @@ def _writes(gm: Any) -> Written | None:
     out = kwargs["out"]
     outs = list(getattr(out, "items", [out]))
     return _positions(gm, outs)
+
+
+def _inplace_view_of_an_input(gm: Any, tx: Any, fn: Any) -> Written | None:
+    """Dynamo breaks at an in-place view op (``unsqueeze_``, ``transpose_``, ``resize_``: aten's ``inplace_view``
+    tag, but not ``set_``, which changes what its receiver aliases) called on a frame's input. Such an op changes
+    its receiver's metadata and bumps the version its aliases share, and writes nothing else: the graph's inputs
+    sharing the receiver's storage (none where the graph does not read it)."""
+    from torch._dynamo.source import AttrSource
+
+    source = fn.source
+    if not isinstance(source, AttrSource) or source.member == "set_" or not _is_inplace_view(source.member):
+        return None
+    receiver = eval(source.base.name, {"L": tx.f_locals, "G": tx.f_globals})  # how Dynamo's guards read it
+    if not isinstance(receiver, torch.Tensor) or type(receiver) is not torch.Tensor:
+        return None
+    storage = receiver.untyped_storage()._cdata
+    found = set()
+    for i, p in enumerate(gm.graph.find_nodes(op="placeholder")):
+        example = getattr(p.meta.get("grapharg"), "example", None)
+        if not isinstance(example, torch.Tensor):
+            continue  # a symbol or a constant: no storage
+        if type(example) is not torch.Tensor:
+            return None  # a subclass: its storage may not be the one it reads
+        if example.untyped_storage()._cdata == storage:
+            found.add(("input", i))
+    return frozenset(found)
+
+
+def _is_inplace_view(name: str) -> bool:
+    packet = getattr(torch.ops.aten, name, None)
+    overloads = packet.overloads() if packet is not None and hasattr(packet, "overloads") else []
+    return bool(overloads) and all(torch.Tag.inplace_view in getattr(packet, o).tags for o in overloads)
 
 
 def _unwrapped(v: Any) -> Any:
