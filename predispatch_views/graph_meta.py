@@ -361,3 +361,18 @@ def as_input_alias(meta: GraphMeta, value: torch.Tensor, example_inputs: Sequenc
         if ti.StorageWeakRef(traced.untyped_storage()) == storage and traced.dtype == value.dtype:
             return example.detach().as_strided(value.shape, value.stride(), value.storage_offset())
     return value
+
+
+def symbolic_input_alias(meta: GraphMeta, value: object) -> fx.Node | None:
+    """The graph input whose storage a traced ``value`` of symbolic geometry shares (a custom Function returned its
+    input under dynamic shapes), which ``as_input_alias`` cannot lay over that input's example; None otherwise."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    if all(isinstance(g, int) for g in (*value.shape, *value.stride(), value.storage_offset())):
+        return None
+    storage = ti.StorageWeakRef(value.untyped_storage())
+    for p in meta.placeholders:
+        traced = p.meta.get("val")
+        if isinstance(traced, torch.Tensor) and ti.StorageWeakRef(traced.untyped_storage()) == storage:
+            return p
+    return None

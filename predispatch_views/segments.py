@@ -72,6 +72,7 @@ from .graph_meta import (
     only_hidden_writes,
     restricted_view,
     start_of_grad_mode_region,
+    symbolic_input_alias,
     taken_at,
     through_a_copy,
 )
@@ -259,6 +260,20 @@ def _refused(
             if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
         ):
             return f"{name} reads {n.name}, a restricted view whose base is written after it was taken"
+        call = n.args[0] if n.target is operator.getitem else n
+        if (
+            stage_compiled[name]
+            and graph_ops.runs_eagerly(call)
+            and (p := symbolic_input_alias(meta, n.meta.get("val"))) is not None
+            and any(
+                order[m] > order[n] and meta.root.get(w) is meta.root.get(p, p)
+                for m in meta.mutations
+                for w in graph_ops.written_args(m)
+            )
+        ):  # s1812_2373 under dynamic shapes: the segment would miss the alias and reorder the write
+            return (
+                f"{name} reads {n.name}, a custom Function's returned input {p.name} of symbolic sizes, written later"
+            )
     earlier_set = set(earlier)
     handed_all = [n for n in earlier if any(u not in earlier_set for u in n.users)]
     handed_roots = {meta.root.get(n, n) for n in handed_all}

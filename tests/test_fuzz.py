@@ -1078,18 +1078,24 @@ def _function_view_then_no_grad_write(b: torch.Tensor, c: torch.Tensor) -> tuple
     return (t3,)
 
 
-@pytest.mark.xfail(strict=True, reason="open: s1812_2373 with symbolic sizes (as_input_alias needs concrete ones)")
 def test_s1812_2373_with_symbolic_sizes() -> None:
     """The same program under ``dynamic=True``: the Function's result has a symbolic geometry, which
-    ``as_input_alias`` cannot lay over the real example (the trace's symbols are not Dynamo's), so the segment after
-    the call still misses the alias and its replayed ``expand`` raises the Function view's error where eager and
-    stock run (present before session 24's fix too)."""
+    ``as_input_alias`` cannot lay over the real example (the trace's symbols are not Dynamo's). The segment after
+    the call missed the alias and its replayed ``expand`` raised the Function view's error where eager and stock
+    run (present before session 24's fix too). The cut is refused there: the graph falls back, with the call's
+    reason, and runs as stock does."""
     compiled = torch.compile(
         _function_view_then_no_grad_write, backend=predispatch_views.backend("aot_eager"), dynamic=True
     )
+    predispatch_views.FALLBACKS.clear()
     for n in (2, 3):
-        base = torch.randn(2, n, requires_grad=True).mul(1)
-        compiled(base[0], base[1])
+        inputs = [torch.randn(2, n, generator=torch.Generator().manual_seed(n), requires_grad=True).mul(1)]
+        eager_base, base = inputs[0].detach().clone().requires_grad_(), inputs[0]
+        (want,) = _function_view_then_no_grad_write(eager_base[0], eager_base[1])
+        (got,) = compiled(base[0], base[1])
+        torch.testing.assert_close(got.detach(), want.detach())  # eager's grad_fn raises; stock's does not
+        torch.testing.assert_close(base.detach(), eager_base.detach())
+    assert any("returns an input" in reason for _, reason in predispatch_views.FALLBACKS)
 
 
 def test_a_view_crossing_a_cut_keeps_its_traced_example() -> None:
