@@ -805,6 +805,23 @@ def test_s1801_calls_under_no_grad_or_inference_mode_compile_without_falling_bac
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
 
 
+@pytest.mark.parametrize("index", [479, 560, 381, 269, 324])
+def test_s1814_what_runs_between_two_graphs_writes(index: int) -> None:
+    """Seed 1814 on 44dd7eb, fallbacks that gave up nothing (Note [What runs between two graphs]). 479 and 324:
+    the graph breaks at an in-place view op of another input (``b.unsqueeze_(1)``), which bumps only that input's
+    version, and the no_grad view (or inlined Function's view) crossing the break is of another base. 560: the
+    graph writes the base (``a.copy_(t0)``) before its no_grad views are taken, which then record the version they
+    see. 381: the same for a multi-output view, where stock diverges. 269: ``t5 = t3.detach()`` of ``t3 =
+    t2.add(1)`` was taken for a view of the inlined Function's result (the walk back followed ``add``), and its
+    write for a write of that result's base."""
+    program = generate(1814, index, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label["prototype[aot_eager]"])
+    assert run.fallbacks == []
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+
+
 def test_s1801_134_a_segment_knows_what_the_graph_break_writes() -> None:
     """Seed 1801 on 77674e1: ``ReturnsInput.apply(a)`` is cut around, and the graph ends at ``torch.sort(t3, 0,
     out=(u0, u1))``, which writes only its out tensors. The segment after the call lost that record

@@ -169,7 +169,9 @@ def _added_by_rewrite(n: torch.fx.Node) -> bool:
 
 
 def rewritten_view_outputs(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    """The outputs of ``gm`` that are (views of) a view the rewrite traced."""
+    """The outputs of ``gm`` that are (views of) a view the rewrite traced: followed back through ops whose result
+    shares its first argument's storage (``t3.detach()`` of ``t3 = t2.add(1)`` is no view of ``t2``: fuzzer
+    s1814_269)."""
     outputs = [
         a for a in torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0]) if isinstance(a, torch.fx.Node)
     ]
@@ -179,10 +181,20 @@ def rewritten_view_outputs(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
         while not _added_by_rewrite(n):
             if n.op not in ("call_function", "call_method") or not n.args or not isinstance(n.args[0], torch.fx.Node):
                 break
+            if (storage := _storage_of(n)) is None or storage != _storage_of(n.args[0]):
+                break
             n = n.args[0]
         else:
             found.append(output)
     return found
+
+
+def _storage_of(n: torch.fx.Node) -> int | None:
+    """The storage of ``n``'s example value; of a tuple's first tensor (``split``'s views share their input's)."""
+    value = n.meta.get("example_value")
+    if isinstance(value, (tuple, list)):
+        value = next((v for v in value if isinstance(v, torch.Tensor)), None)
+    return value.untyped_storage()._cdata if isinstance(value, torch.Tensor) else None
 
 
 def without_inlined_function_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
