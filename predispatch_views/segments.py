@@ -180,6 +180,10 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False, through: fx.
             # and the call's view of it then raises on its grad_fn (fuzzer s1203_834). A restricted view reached
             # through views only is handed over as the segment's epilogue replays it: eager's own.
             return f"the call reads {', '.join(restricted)}, a restricted view"
+        if dropouts := [i.name for i in read if _views_a_dropout_returning_its_input(i)]:  # fuzzer s1816_616
+            return (
+                f"the call reads {', '.join(dropouts)}, a dropout's result eager returns as its input, compiled fresh"
+            )
     else:
         end = end_of_grad_mode_region(meta, at)
         if end is None:
@@ -376,6 +380,15 @@ def _graph_breaks_of(meta: GraphMeta, plan: Cut, stage: Stage) -> GraphBreaks:
             + [("output", j) for j, n in enumerate(stage.nodes) if meta.root.get(n, n) in at]
         )
     return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), break_writes=writes)
+
+
+def _views_a_dropout_returning_its_input(n: fx.Node) -> bool:
+    """``n`` is (a view of) a dropout that returns its input in eager (p=0, or eval) but a fresh tensor where torch
+    2.13 compiles it (Note [An eval dropout of an input the core reads]). A call run in eager on it (a Function
+    returning or marking dirty its input) would alias that fresh tensor, where eager's aliases the input."""
+    while is_any_view(n) and not graph_ops.is_dropout(n) and n.args and isinstance(n.args[0], fx.Node):
+        n = n.args[0]
+    return graph_ops.is_dropout(n) and graph_ops.returns_its_input(n) and not ti.eval_dropout_is_traced_as_its_input()
 
 
 def _writes(n: fx.Node) -> bool:

@@ -822,6 +822,24 @@ def test_s1814_what_runs_between_two_graphs_writes(index: int) -> None:
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
 
 
+@pytest.mark.parametrize(
+    ("label", "stock_label"),
+    [
+        ("prototype[aot_eager]", "stock[aot_eager]"),
+        ("prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]"),
+        ("prototype_fn[aot_eager]", "stock[aot_eager]"),
+    ],
+)
+def test_s1816_616_a_function_applied_to_a_dropout_that_returns_its_input(label: str, stock_label: str) -> None:
+    """Fuzz seed 1816 on db35ab4: ``t2 = F.dropout(t1, 0.0, True)`` returns ``t1`` (an expand of the input) in
+    eager, a fresh tensor where torch 2.13 compiles it (Note [An eval dropout of an input the core reads]), and
+    ``t4 = ReturnsInput.apply(t2)``, cut around and run in eager, returned a view of that fresh tensor. A write
+    under no_grad to ``t4`` then succeeded (eager's raises: its elements share memory) and ``t4.grad_fn`` raised
+    the Function view's error, where stock, whose ``t4`` is no view, runs. A call run in eager on such a dropout's
+    result is no longer cut around (segments.cut): the backend falls back to stock, compile_function to eager."""
+    _assert_no_violation(1816, 616, label, stock_label)
+
+
 def test_s1801_134_a_segment_knows_what_the_graph_break_writes() -> None:
     """Seed 1801 on 77674e1: ``ReturnsInput.apply(a)`` is cut around, and the graph ends at ``torch.sort(t3, 0,
     out=(u0, u1))``, which writes only its out tensors. The segment after the call lost that record
