@@ -97,9 +97,15 @@ def eval_dropout_kept_in_core(meta: GraphMeta, dropout: fx.Node) -> bool:
 def views_a_kept_eval_dropout(meta: GraphMeta, view: fx.Node) -> bool:
     """A view (of a view...) of a dropout kept in the core. It stays in the core too: stock's view of stock's fresh
     tensor. Replayed, it was eager's view of another base (not the input), which a write to the dropout (eager
-    refuses it on a leaf) made unusable (fuzzer s1003_784), or whose write the compiled backward saw (s1312_67)."""
+    refuses it on a leaf) made unusable (fuzzer s1003_784), or whose write the compiled backward saw (s1312_67).
+    Followed back through in-place writes too, whose result is what they write: a no_grad view taken after
+    ``t5.sin_()`` was eager's view of stock's fresh tensor, which a later write with grad made raise on its
+    ``grad_fn`` where stock's does not (fuzzer s1812_696)."""
     n = view
-    while not graph_ops.is_dropout(n) and is_any_view(n) and n.args and isinstance(n.args[0], fx.Node):
+    while not graph_ops.is_dropout(n) and n.args and isinstance(n.args[0], fx.Node):
+        in_place = graph_ops.is_data_mutation(n) and graph_ops.written_args(n) == [n.args[0]]
+        if not (is_any_view(n) or in_place):
+            break
         n = n.args[0]
     return n is not view and graph_ops.is_dropout(n) and eval_dropout_kept_in_core(meta, n)
 

@@ -15,7 +15,6 @@ import torch
 import torch.utils._pytree as pytree
 
 import predispatch_views
-from predispatch_views import _torch_internals
 from predispatch_views.compare.fuzz import (
     AS_STOCK_ONE_GRAPH,
     CRASH_AS_THE_CEILING,
@@ -1065,22 +1064,18 @@ def test_s1812_596_a_symbolic_size_is_no_reader_of_a_watched_value() -> None:
     _assert_no_violation(1812, 596, "prototype[aot_eager]", "stock[aot_eager]")
 
 
-@pytest.mark.xfail(
-    not _torch_internals.eval_dropout_is_traced_as_its_input(),
-    strict=True,
-    reason="open on torch 2.13: s1812_696, a no_grad view of a kept eval dropout's written result",
-)
 @pytest.mark.parametrize("label", ["prototype[aot_eager]", "prototype_fn[aot_eager]"])
 def test_s1812_696_a_no_grad_view_of_a_kept_eval_dropout_written_under_no_grad(label: str) -> None:
-    """Open (seed 1812 on ed2e503): ``t5 = F.dropout(d, 0.5, False)`` of an input the core also differentiates
+    """Seed 1812 on ed2e503: ``t5 = F.dropout(d, 0.5, False)`` of an input the core also differentiates
     stays in the core (Note [An eval dropout of an input the core reads]) and returns stock's fresh tensor, so the
     forward is as wrong as stock's (eager's ``t5.sin_()`` under no_grad writes ``d``). The epilogue then replays
     ``t5.sin_()`` and ``t7 = t5.select(0, 0)`` under no_grad on that fresh tensor; after the caller writes the
     returned ``t6 = t5.reshape(...)`` with grad (eager refuses: a view of a leaf), reading ``t7.grad_fn`` raises
     "A view was created in no_grad mode and its base ... has been modified inplace with grad mode enabled" where
-    stock's regenerated ``t7`` does not. Keeping the no_grad view in the core needs the write before it there too.
-    On torch 2.14 the decomposition returns the input (no kept clone), the epilogue replays eager's write of ``d``
-    and the prototype matches eager: the test passes there and is expected to."""
+    stock's regenerated ``t7`` does not. The walk that keeps a kept dropout's views in the core now goes through
+    in-place writes (output_rules.views_a_kept_eval_dropout): ``t7`` is stock's answer, as ``t6`` was (open from
+    seed 1812 until session 25). On torch 2.14 the decomposition returns the input (no kept clone), the epilogue
+    replays eager's write of ``d`` and the prototype matches eager."""
     _assert_no_violation(1812, 696, label, "stock[aot_eager]")
 
 
