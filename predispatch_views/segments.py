@@ -319,14 +319,16 @@ def _example(
     node = next(s for s in plan.stages if s.name == kind).nodes[index]
     value = node.meta["val"].detach()  # detach keeps the storage
     call = node.args[0] if node.target is operator.getitem else node
+    traced = value
     if graph_ops.runs_eagerly(call) is not None:  # only there: a real example of Dynamo's adds unguarded symbols
         value = as_input_alias(meta, value, example_inputs)  # a Function's returned input (s1812_2373)
     if eager_requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
         # A non-leaf, as eager's value is: AOTAutograd hides a write to a leaf input from autograd (detach().copy_),
         # a wrong gradient on eager's non-leaf (test_aotdispatch's test_input_data_and_metadata_mutation).
         value.requires_grad_(True)
-        return value if only_hidden_writes(meta, meta.root.get(node, node)) else value.view_as(value)
-    return value
+        value = value if only_hidden_writes(meta, meta.root.get(node, node)) else value.view_as(value)
+    # A real alias Dynamo never saw: static sizes, or its fresh symbols break Dynamo's guards (s1817_358).
+    return value if value is traced or isinstance(value, ti.FakeTensor) else ti.fakified_with_static_sizes(value)
 
 
 def _checked(meta: GraphMeta, plan: Cut, stage: Stage, run: Callable[..., Any]) -> Callable[..., Any]:

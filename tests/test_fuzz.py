@@ -839,6 +839,24 @@ def test_s1816_616_a_function_applied_to_a_dropout_that_returns_its_input(label:
     _assert_no_violation(1816, 616, label, stock_label)
 
 
+@pytest.mark.parametrize(
+    ("index", "label", "stock_label"),
+    [
+        (358, "prototype[aot_eager]", "stock[aot_eager]"),
+        (478, "prototype[aot_eager]", "stock[aot_eager]"),
+        (478, "prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]"),
+    ],
+)
+def test_s1817_a_functions_returned_input_example_has_static_sizes(index: int, label: str, stock_label: str) -> None:
+    """Fuzz seed 1817 on 70bbec5 (present since 914368a): a custom Function returns an input (``ReturnsInput.apply(b)``,
+    ``b`` a view of the same base as another input) and the segment after the cut gets that input's example viewed
+    with the traced geometry (graph_meta.as_input_alias), a real tensor Dynamo never saw. AOTAutograd fakified it
+    with fresh symbols, a later ``chunk`` guarded on them, and Dynamo's guard building raised IndexError (a symbol
+    without a source) on the first call, where eager and stock run. The example is registered with static sizes
+    (``_torch_internals.fakified_with_static_sizes``)."""
+    _assert_no_violation(1817, index, label, stock_label)
+
+
 def test_s1801_134_a_segment_knows_what_the_graph_break_writes() -> None:
     """Seed 1801 on 77674e1: ``ReturnsInput.apply(a)`` is cut around, and the graph ends at ``torch.sort(t3, 0,
     out=(u0, u1))``, which writes only its out tensors. The segment after the call lost that record

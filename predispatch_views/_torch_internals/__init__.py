@@ -90,7 +90,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "UserFunctionVariable, WrapBackendDebug._torchdynamo_orig_backend (install_inlined_function_returns)": _BOTH,
     "torch._guards.CompileContext.current_compile_id().compiled_autograd_id": _BOTH,
     "InstructionTranslator.current_tx(): current_instruction, stack, kw_names (dynamo_break.py)": _BOTH,
-    "current_tx().output.tracked_fakes, meta grapharg.source (dynamo_inputs.py)": _BOTH,
+    "current_tx().output.tracked_fakes, grapharg.source, Stateful/StatelessSymbolicContext (dynamo_inputs.py)": _BOTH,
     "torch._inductor.compile_fx.compile_fx": _BOTH,
     "torch._TorchCompileInductorWrapper.__call__": _BOTH,
     "torch._functionalize_is_multi_output_view": _BOTH,
@@ -387,7 +387,7 @@ def two_tensor_class() -> type:
 
 # Dynamo's record; random draws kept; what backward reads; the stock variants compare/strategies.py emulates.
 from .dynamo_break import graph_break_writes  # noqa: E402, F401
-from .dynamo_inputs import restore_input_contexts  # noqa: E402, F401
+from .dynamo_inputs import fakified_with_static_sizes, restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
 from .pre_dispatch_trace import trace_pre_dispatch  # noqa: E402
 from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401

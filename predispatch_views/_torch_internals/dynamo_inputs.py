@@ -57,3 +57,28 @@ def _tracked_contexts() -> dict[str, Any]:
         if getattr(tracked.symbolic_context, "tensor_source", None) is not None:
             found.setdefault(tracked.source.name, tracked.symbolic_context)
     return found
+
+
+def fakified_with_static_sizes(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (a real tensor Dynamo never saw: an input's example viewed with a Function's traced geometry) registered
+    in Dynamo's tracing context with static sizes, so that AOTAutograd fakifies it, and the base it views, without
+    fresh symbols: a symbol without a source makes Dynamo's guard building raise IndexError once the compiled code
+    guards on it (``chunk``'s split sizes; fuzzer s1817_358). The fake still shares its storage with the input's."""
+    tracing_context = torch._guards.TracingContext.try_get()
+    fake_mode = tracing_context.fake_mode if tracing_context is not None else None
+    if fake_mode is None or fake_mode.shape_env is None:
+        return t
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatefulSymbolicContext, StatelessSymbolicContext
+
+    def static(x: torch.Tensor) -> dict[str, Any]:
+        return {"dynamic_sizes": [DimDynamic.STATIC] * x.dim()}
+
+    base = t._base
+    tracing_context.tensor_to_context[t] = StatefulSymbolicContext(
+        **static(t),
+        view_base_context=StatelessSymbolicContext(**static(base)) if base is not None else None,
+        tensor_source=ConstantSource(f"__predispatch_views_static_alias_{id(t)}"),
+        shape_env_to_source_to_symbol_cache={},
+    )
+    return t
