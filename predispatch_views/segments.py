@@ -60,6 +60,7 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
+from .crossing_values import hoist_detaches
 from .graph_meta import (
     GraphBreaks,
     GraphMeta,
@@ -194,7 +195,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False, through: fx.
         ]
         if not groups[1][1]:
             return "nothing follows the cut"
-    groups = [g for g in groups if g[1]]
+    groups = [g for g in hoist_detaches(meta, groups) if g[1]]  # Note [A detach crosses no cut]
     stage_of = {n: name for name, members, _ in groups for n in members}
     stage_compiled = {name: compiled for name, _, compiled in groups}
     for name, members, compiled in groups:

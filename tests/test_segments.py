@@ -15,7 +15,7 @@ import torch
 import predispatch_views
 import predispatch_views as pv
 from predispatch_views import pipeline
-from predispatch_views.compare.fuzz_program import MarkDirty, ReturnsInput
+from predispatch_views.compare.fuzz_program import MarkDirty, ReturnsInput, ScaledClone
 from predispatch_views.fallbacks import FallbackKind
 from tests.parity_utils import assert_matches_eager, view_nodes
 
@@ -430,3 +430,47 @@ def test_a_write_to_a_base_eager_never_saves_is_replayed_not_refused(fn: Callabl
     assert_matches_eager(fn, compiled, lambda: [torch.randn(4, 2, generator=torch.Generator().manual_seed(0),
                                                             requires_grad=True)])  # fmt: skip
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+
+def detaches_a_saved_value_after_the_call(x: torch.Tensor) -> Any:  # fuzzer s1817_601, shrunk
+    c = x.clone()
+    s = x.sigmoid()
+    with torch.no_grad():
+        x.copy_(s)
+    t = c.tanh()  # tanh saves its result for backward
+    return ScaledClone.apply(ReturnsInput.apply(s)), t.detach()
+
+
+def detaches_after_a_metadata_write(x: torch.Tensor) -> Any:
+    c = x.clone()
+    s = x.sigmoid()
+    with torch.no_grad():
+        x.copy_(s)
+    t = c.tanh()
+    y = ScaledClone.apply(ReturnsInput.apply(s))
+    t.t_()  # what the detach sees differs from the value before the write: it stays where it is
+    return y, t.detach()
+
+
+@pytest.mark.parametrize("fn", [detaches_a_saved_value_after_the_call, detaches_after_a_metadata_write])
+def test_a_detach_after_a_cut_saves_nothing_for_its_value(fn: Callable[..., Any]) -> None:
+    """Note [A detach crosses no cut]: the caller writes the detached value, which shares its version counter with
+    ``tanh``'s saved result; eager's backward through the other output never reaches ``tanh`` and runs. The value
+    crossed the cut requiring grad, so the compiled segment (one autograd node) saved it and raised the version
+    error on every backward."""
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)]
+
+    def run(f: Callable[..., Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        (x,) = make_inputs()
+        y, d = f(x)
+        d.mul_(2)
+        y.sum().backward()
+        return d, x.grad
+
+    strict = fn is detaches_a_saved_value_after_the_call
+    compiled = predispatch_views.compile_function(fn, inner="aot_eager", strict=strict)
+    for got, expected in zip(run(compiled), run(fn)):
+        torch.testing.assert_close(got, expected)
+    assert_matches_eager(fn, compiled, make_inputs)
