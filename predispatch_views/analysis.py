@@ -112,7 +112,10 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
     fallback = fallback or write_to_a_value_a_backward_saved(meta)
     if (fallback := fallback or rules.storage_change(meta)) is not None:
         return fallback
-    epilogue = _epilogue(meta, replay_aliased_input_writes)
+    # Note [An eval dropout of an input the core reads]: which dropouts stay depends on what the core reads.
+    epilogue = _epilogue(meta, replay_aliased_input_writes, frozenset())
+    if kept := output_rules.eval_dropouts_kept_in_core(meta, epilogue):
+        epilogue = _epilogue(meta, replay_aliased_input_writes, kept)
 
     def recomputable(n: fx.Node) -> bool:
         """A mutation replayed in eager whose value the core can compute out of place for its own readers.
@@ -167,7 +170,7 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
             resolved[n] = source
         else:
             externals.append(n)
-    if (fallback := output_rules.unreproduced_output_alias(meta, epilogue, resolved, externals)) is not None:
+    if (fallback := output_rules.unreproduced_output_alias(meta, epilogue, resolved, externals, kept)) is not None:
         return fallback
     if (fallback := output_rules.core_writes_through_a_view(meta, epilogue, externals)) is not None:
         return fallback
@@ -176,15 +179,15 @@ def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSe
     return EpilogueSelection(frozenset(epilogue), frozenset(duplicated), tuple(externals), resolved, recompute)
 
 
-def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node]:
-    """Rules 1-3 of Note [Which nodes the epilogue replays]."""
+def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool, kept: frozenset[fx.Node]) -> set[fx.Node]:
+    """Rules 1-3 of Note [Which nodes the epilogue replays], the dropouts ``kept`` and their views in the core."""
     root, order = meta.root, meta.order
     epilogue: set[fx.Node] = set()
 
     def replayable(n: fx.Node) -> bool:
-        if graph_ops.is_dropout(n) and output_rules.eval_dropout_kept_in_core(meta, n):
+        if n in kept:
             return False  # Note [An eval dropout of an input the core reads]
-        if is_any_view(n) and output_rules.views_a_kept_eval_dropout(meta, n):
+        if is_any_view(n) and output_rules.views_a_kept_eval_dropout(n, kept):
             return False  # the same Note
         if is_any_view(n) or n in meta.sym_from_inputs:
             return True
@@ -229,7 +232,10 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool) -> set[fx.Node
 # epilogue replays it and the caller gets the input back, as in eager. If the core also computes from that input,
 # AOTAutograd's partitioner may save the input (or an alias of it) to recompute a chain in the backward, where
 # eager saved the chain's end. A caller who then writes the returned tensor bumps the input's version counter and
-# the compiled backward raises "modified by an inplace operation" where eager runs (fuzzer s704_253). Stock has
+# the compiled backward raises "modified by an inplace operation" where eager runs (fuzzer s704_253). Only
+# compiled readers count: which those are is read off the epilogue that replays every such dropout (a write the
+# epilogue replays reading the dropout is eager's own call: s1817_1706, where keeping it gave stock's wrong values
+# and a second backward through the kept dropout's saved mask raised). Stock has
 # the same exposure for every op that returns its input (``type_as``, ``contiguous``), but on torch 2.13 its
 # decomposition of eval dropout returns ``input.clone()``, so stock runs. There the dropout stays in the core and
 # returns a fresh tensor, stock's answer; on a torch whose decomposition returns the input, stock returns the input

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import fx
 
 from . import graph_ops, output_rules
@@ -314,7 +315,7 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
         if not grad or n in epilogue or is_view:
             continue
         read = [i for i in n.all_input_nodes if i in no_grad_views or i in identities]
-        if not read:
+        if not read or _never_requires_grad(n):
             continue
         eager_requires_grad.add(n)
         if n not in meta.requires_grad or any(i in identities for i in read):
@@ -350,6 +351,15 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
                 "refuse its grad_fn (Note [A view taken under no_grad keeps its base's requires_grad])",
             )
     return None
+
+
+def _never_requires_grad(n: fx.Node) -> bool:
+    """Eager's result of ``n`` requires no grad whatever it reads: an integer or bool tensor, or a ``*_like``
+    factory (``empty_like(v)`` of a no_grad view: fuzzer s1817_2120), whose only tensor argument gives its layout."""
+    value = n.meta.get("val")
+    if isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex()):
+        return True
+    return (graph_ops.schema_name(n) or "").endswith("_like") and isinstance(value, torch.Tensor)
 
 
 # View calls whose autograd view info always carries a view_fn (torch's codegen: VIEW_FUNCTIONS_WITH_METADATA_CHANGE).

@@ -34,7 +34,7 @@ the backward saved the input ``a``, which the caller then wrote).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import torch
 from torch import fx
@@ -47,7 +47,11 @@ from .saved_aliases import result_watch_name
 
 
 def unreproduced_output_alias(
-    meta: GraphMeta, epilogue: set[fx.Node], resolved: dict[fx.Node, fx.Node], externals: list[fx.Node]
+    meta: GraphMeta,
+    epilogue: set[fx.Node],
+    resolved: dict[fx.Node, fx.Node],
+    externals: list[fx.Node],
+    kept: Collection[fx.Node] = (),
 ) -> Fallback | None:
     """The plan check of Note [The invariant] (pipeline.py): an output computed by the core must not alias an
     input or another core value in the trace. Replayed views may alias what they view (the core value the
@@ -65,7 +69,7 @@ def unreproduced_output_alias(
         value = n.meta.get("val")
         if not isinstance(value, torch.Tensor) or n.op == "placeholder" or n in epilogue or n in resolved:
             continue
-        if views_a_kept_eval_dropout(meta, n):
+        if views_a_kept_eval_dropout(n, kept):
             continue  # returned as stock returns it (Note [An eval dropout of an input the core reads])
         owner, what = owners.setdefault(ti.storage_id(value), (n, f"output {k}"))
         if owner is not n:
@@ -77,37 +81,51 @@ def unreproduced_output_alias(
     return None
 
 
-def eval_dropout_kept_in_core(meta: GraphMeta, dropout: fx.Node) -> bool:
-    """The dropout returns (an alias of) a graph input that compiled code also computes from, with grad: it stays
-    in the core (Note [An eval dropout of an input the core reads] in analysis.py)."""
-    if ti.eval_dropout_is_traced_as_its_input() or not graph_ops.returns_its_input(dropout):
-        return False
-    root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
-    if root is None or root.op != "placeholder":
-        return False
-    return any(  # a reader autograd records: what may be saved for a backward (not a no_grad read)
-        n in meta.recorded
-        and not is_any_view(n)
-        and n is not meta.output
-        and any(meta.root.get(i) is root for i in n.all_input_nodes)
-        for n in meta.nodes
-    )
+def eval_dropouts_kept_in_core(meta: GraphMeta, epilogue: set[fx.Node]) -> frozenset[fx.Node]:
+    """The dropouts returning (an alias of) a graph input that compiled code also computes from, with grad, where
+    ``epilogue`` replays every such dropout: they stay in the core (Note [An eval dropout of an input the core
+    reads] in analysis.py). A reader the epilogue replays is eager's own call, not one the partitioner may save
+    an alias for (fuzzer s1817_1706: a write through a detached view read the dropout)."""
+    if ti.eval_dropout_is_traced_as_its_input():
+        return frozenset()
+    kept = set()
+    for dropout in meta.nodes:
+        if not (graph_ops.is_dropout(dropout) and graph_ops.returns_its_input(dropout)):
+            continue
+        root = meta.root.get(dropout.args[0])  # type: ignore[arg-type]
+        if (
+            root is not None
+            and root.op == "placeholder"
+            and any(
+                n in meta.recorded  # what may be saved for a backward (not a no_grad read)
+                and n not in epilogue
+                and not is_any_view(n)
+                and not (
+                    graph_ops.is_dropout(n) and graph_ops.returns_its_input(n)
+                )  # compiled: a clone, saving nothing
+                and n is not meta.output
+                and any(meta.root.get(i) is root for i in n.all_input_nodes)
+                for n in meta.nodes
+            )
+        ):
+            kept.add(dropout)
+    return frozenset(kept)
 
 
-def views_a_kept_eval_dropout(meta: GraphMeta, view: fx.Node) -> bool:
-    """A view (of a view...) of a dropout kept in the core. It stays in the core too: stock's view of stock's fresh
-    tensor. Replayed, it was eager's view of another base (not the input), which a write to the dropout (eager
-    refuses it on a leaf) made unusable (fuzzer s1003_784), or whose write the compiled backward saw (s1312_67).
-    Followed back through in-place writes too, whose result is what they write: a no_grad view taken after
-    ``t5.sin_()`` was eager's view of stock's fresh tensor, which a later write with grad made raise on its
-    ``grad_fn`` where stock's does not (fuzzer s1812_696)."""
+def views_a_kept_eval_dropout(view: fx.Node, kept: Collection[fx.Node]) -> bool:
+    """A view (of a view...) of a dropout kept in the core (``kept``). It stays in the core too: stock's view of
+    stock's fresh tensor. Replayed, it was eager's view of another base (not the input), which a write to the
+    dropout (eager refuses it on a leaf) made unusable (fuzzer s1003_784), or whose write the compiled backward
+    saw (s1312_67). Followed back through in-place writes too, whose result is what they write: a no_grad view
+    taken after ``t5.sin_()`` was eager's view of stock's fresh tensor, which a later write with grad made raise on
+    its ``grad_fn`` where stock's does not (fuzzer s1812_696)."""
     n = view
     while not graph_ops.is_dropout(n) and n.args and isinstance(n.args[0], fx.Node):
         in_place = graph_ops.is_data_mutation(n) and graph_ops.written_args(n) == [n.args[0]]
         if not (is_any_view(n) or in_place):
             break
         n = n.args[0]
-    return n is not view and graph_ops.is_dropout(n) and eval_dropout_kept_in_core(meta, n)
+    return n is not view and n in kept
 
 
 def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], externals: list[fx.Node]) -> Fallback | None:

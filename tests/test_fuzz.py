@@ -1097,6 +1097,48 @@ def test_s1812_696_a_no_grad_view_of_a_kept_eval_dropout_written_under_no_grad(l
     _assert_no_violation(1812, 696, label, "stock[aot_eager]")
 
 
+@pytest.mark.parametrize(
+    ("label", "stock_label"),
+    [
+        ("prototype[aot_eager]", "stock[aot_eager]"),
+        ("prototype_fn[aot_eager]", "stock[aot_eager]"),
+        ("prototype[aot_eager,dynamic]", "stock[aot_eager,dynamic]"),
+    ],
+)
+def test_s1817_1706_a_dropout_only_replayed_code_reads_returns_its_input(label: str, stock_label: str) -> None:
+    """Seed 1817 on 70bbec5 (present on db35ab4): ``t4 = F.dropout(t2, 0.0, True)`` of a ``tensor_split`` output,
+    whose storage only replayed code reads besides (``t2.detach().mul_(3.0)``, then ``t7.copy_(t4)`` through a
+    view of it), was kept in the core (Note [An eval dropout of an input the core reads]) because the replayed
+    ``copy_`` counted as a reader the partitioner may save for: the forward had stock's wrong values and the second
+    of two backwards, through the kept dropout's saved mask, raised where eager's runs. Only compiled readers count
+    now: the dropout is replayed as its input, and every probe is eager's."""
+    from predispatch_views.compare.fuzz import fuzz_strategies
+
+    program = generate(1817, 1706, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    outcome = classify(reference, run_program(program, by_label[label]))
+    assert outcome.kind == "match", outcome.describe()
+
+
+@pytest.mark.parametrize(
+    ("label", "stock_label"),
+    [("prototype[aot_eager]", "stock[aot_eager]"), ("prototype[aot_eager,dynamic]", "stock[aot_eager,dynamic]")],
+)
+def test_s1817_2120_an_empty_like_of_a_no_grad_view_needs_no_fallback(label: str, stock_label: str) -> None:
+    """Seed 1817 on 70bbec5 (present on db35ab4): the graph after an ``out=`` break read ``t1``, a no_grad view of
+    an input requiring grad, with ``torch.empty_like`` and fell back to stock (Note [A view taken under no_grad
+    keeps its base's requires_grad]); stock's ``t1`` let the caller write it with grad where eager's refuses, and
+    the first graph's replayed no_grad view ``t0`` of the same input then refused its ``grad_fn``. ``empty_like``'s
+    result requires no grad in eager either: no fallback, every probe eager's."""
+    program = generate(1817, 2120, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label[label])
+    assert run.fallbacks == []
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+
+
 def test_s1812_1567_a_separated_output_that_requires_no_grad_is_no_view() -> None:
     """Seed 1812 on ed2e503 (``compile_function``): ``t2 = t0.detach().mul_(3.0).sigmoid()`` is returned and saved
     by ``t3 = t2 * t0``'s node. Note [A saved alias of a value the caller can write] returned it through

@@ -566,6 +566,35 @@ def test_a_view_taken_under_no_grad_keeps_its_bases_requires_grad(
         torch.testing.assert_close(leaves[0].grad, leaves[1].grad)
 
 
+def factories_like_a_no_grad_view(a: torch.Tensor) -> Any:  # fuzzer s1817_2120, shrunk
+    with torch.no_grad():
+        t1 = a.transpose(1, 0)
+    empty = torch.empty_like(t1)  # requires no grad in eager, whatever its argument
+    with torch.no_grad():
+        torch.sub(t1, t1, out=empty)
+    return t1, empty, torch.zeros_like(t1), t1.argmax(0)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_result_that_never_requires_grad_may_read_a_no_grad_view(entry: str) -> None:
+    """Note [A view taken under no_grad keeps its base's requires_grad] asks for a fallback where eager's result
+    takes requires_grad from a no_grad view it reads. A ``*_like`` factory or an integer result requires no grad in
+    eager either way: the graph now compiles (before, it fell back to stock, whose ``t1`` the caller may write where
+    eager's refuses, and the first graph's replayed no_grad view of the same input then refused its ``grad_fn``)."""
+    fn = factories_like_a_no_grad_view
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 2, 2, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)]
+
+    pv.FALLBACKS.clear()
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager")) if entry == "backend" else pv.compile_function(fn)
+    actual, expected = compiled(*make_inputs()), fn(*make_inputs())
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected] == [True, False, False, False]
+    torch.testing.assert_close(actual[1:], expected[1:])
+    assert_matches_eager(fn, compiled, make_inputs)
+
+
 def no_grad_view_across_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s31_447: Dynamo crashed
     with torch.no_grad():
         t0 = a.t()
