@@ -37,7 +37,11 @@ the signature): kept in the core, the write puts the core's one opaque backward 
 viewing it, and that backward writes a zero gradient into any other written input's history where eager leaves
 None (fuzzer s31_409: the backend replayed the write, compile_function did not). So the replay placement is
 tried first for every such input, and the core placement only when the replay plan must fall back (the core
-reads an alias after the write, or may save it).
+reads an alias after the write, or may save it). A write under no_grad is replayed even where no replayed view
+or output follows it, and never kept in the core: AOTAutograd (torch 2.13) applies a synthetic base's write after
+its compiled function with a ``copy_`` autograd records, no_grad or not, so the inputs' history gains a
+``CopyBackwards`` and the gradient through everything before the write becomes zero (fuzzer s1819_134,
+``compile_function``, whose core read both inputs where Dynamo's graph read one).
 The fallback rules, with Notes [Mutations the epilogue must not replay] and [A view taken under no_grad keeps
 its base's requires_grad], are in fallback_rules.py; what they read, in graph_meta.py.
 """
@@ -99,12 +103,21 @@ def select_epilogue(
 
 def select_epilogue_from(meta: GraphMeta) -> EpilogueSelection | Fallback:
     selection = _select(meta, replay_aliased_input_writes=True)
-    if isinstance(selection, Fallback) and any(graph_ops.mutated_input(n) in meta.aliased_inputs for n in meta.nodes):
+    if (
+        isinstance(selection, Fallback)
+        and not _hidden_aliased_input_writes(meta)
+        and any(graph_ops.mutated_input(n) in meta.aliased_inputs for n in meta.nodes)
+    ):
         # Note [Inputs that alias each other]: the other placement may replay what this one cannot.
         in_core = _select(meta, replay_aliased_input_writes=False)
         if not isinstance(in_core, Fallback):
             return in_core
     return selection
+
+
+def _hidden_aliased_input_writes(meta: GraphMeta) -> list[fx.Node]:
+    """The writes under no_grad to an input that aliases another (Note [Inputs that alias each other])."""
+    return [n for n in meta.mutations if n in meta.no_grad and set(graph_ops.written_args(n)) & meta.aliased_inputs]
 
 
 def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSelection | Fallback:
@@ -211,6 +224,9 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool, kept: frozense
 
     for n in meta.output.all_input_nodes:
         pull(n)
+    if replay_aliased_input_writes:  # Note [Inputs that alias each other]: AOTAutograd would record it
+        for n in _hidden_aliased_input_writes(meta):
+            pull(n)
     changed = True
     while changed:  # rule 3 can pull in views (rule 2), which can pull in earlier mutations
         changed = False

@@ -1,4 +1,5 @@
-"""Stage 2c, a helper of segments.py: which segment computes a value the program only detaches later.
+"""Stage 2c, a helper of segments.py: the values that cross a cut, which segment computes them and what their
+examples must share.
 
 Note [A detach crosses no cut]
 A compiled segment is one autograd node (AOTAutograd's), and its backward unpacks every value its partitioner
@@ -20,12 +21,14 @@ would change what it sees, and keeps it where it is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import fx
 
+from . import _torch_internals as ti
 from . import graph_ops
-from .graph_meta import GraphMeta
+from .graph_meta import GraphMeta, is_any_view
 
 Group = tuple[str, list[fx.Node], bool]  # a segment's name, its nodes in program order, whether it is compiled
 
@@ -56,3 +59,28 @@ def hoist_detaches(meta: GraphMeta, groups: Sequence[Group]) -> list[Group]:
         (name, sorted((n for n in group_of if moved.get(n, group_of[n]) == k), key=order.__getitem__), compiled)
         for k, (name, _, compiled) in enumerate(groups)
     ]
+
+
+def sources_sharing_storage(meta: GraphMeta, stages: Sequence[Any], sources: Sequence[tuple[str, Any]]) -> set[int]:
+    """The positions of a segment's sources (segments.Source: a program input, or an earlier stage's result) whose
+    traced value shares its storage with another source's. Their examples must share it too: a segment compiled
+    for unaliased inputs reorders a write through one before a read of the other (fuzzer s1819_357:
+    ``a[1:2]``, handed over by the first segment, and ``ReturnsInput.apply(a)``, written and then read by a
+    ``ScaledClone`` in two independent core parts)."""
+    by_storage: dict[Any, list[int]] = {}
+    for k, (kind, index) in enumerate(sources):
+        if kind == "constant":
+            continue
+        node = meta.placeholders[index] if kind == "arg" else next(s for s in stages if s.name == kind).nodes[index]
+        if isinstance(value := node.meta.get("val"), torch.Tensor):
+            by_storage.setdefault(ti.StorageWeakRef(value.untyped_storage()), []).append(k)
+    return {k for group in by_storage.values() if len(group) > 1 for k in group}
+
+
+def views_a_dropout_returning_its_input(n: fx.Node) -> bool:
+    """``n`` is (a view of) a dropout that returns its input in eager (p=0, or eval) but a fresh tensor where torch
+    2.13 compiles it (Note [An eval dropout of an input the core reads]). A call run in eager on it (a Function
+    returning or marking dirty its input) would alias that fresh tensor, where eager's aliases the input."""
+    while is_any_view(n) and not graph_ops.is_dropout(n) and n.args and isinstance(n.args[0], fx.Node):
+        n = n.args[0]
+    return graph_ops.is_dropout(n) and graph_ops.returns_its_input(n) and not ti.eval_dropout_is_traced_as_its_input()

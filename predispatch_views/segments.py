@@ -60,7 +60,7 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
-from .crossing_values import hoist_detaches
+from .crossing_values import hoist_detaches, sources_sharing_storage, views_a_dropout_returning_its_input
 from .graph_meta import (
     GraphBreaks,
     GraphMeta,
@@ -124,7 +124,8 @@ def compile_in_segments(
         if not stage.compiled:
             runners.append(stage.graph.forward)
             continue
-        examples = [_example(meta, plan, source, example_inputs, stage) for source in stage.sources]
+        aliased = sources_sharing_storage(meta, plan.stages, stage.sources)
+        examples = [_example(meta, plan, s, example_inputs, stage, k in aliased) for k, s in enumerate(stage.sources)]
         program = compile_half(stage.graph, examples, _graph_breaks_of(meta, plan, stage))
         if program.fallback is not None:
             log.debug("not cut at %s: a segment falls back: %s", at.name, program.fallback.reason)
@@ -181,7 +182,7 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False, through: fx.
             # and the call's view of it then raises on its grad_fn (fuzzer s1203_834). A restricted view reached
             # through views only is handed over as the segment's epilogue replays it: eager's own.
             return f"the call reads {', '.join(restricted)}, a restricted view"
-        if dropouts := [i.name for i in read if _views_a_dropout_returning_its_input(i)]:  # fuzzer s1816_616
+        if dropouts := [i.name for i in read if views_a_dropout_returning_its_input(i)]:  # fuzzer s1816_616
             return (
                 f"the call reads {', '.join(dropouts)}, a dropout's result eager returns as its input, compiled fresh"
             )
@@ -306,7 +307,12 @@ def _refused(
 
 
 def _example(
-    meta: GraphMeta, plan: Cut, source: Source, example_inputs: Sequence[Any], stage: Stage | None = None
+    meta: GraphMeta,
+    plan: Cut,
+    source: Source,
+    example_inputs: Sequence[Any],
+    stage: Stage | None = None,
+    aliased: bool = False,
 ) -> Any:
     """A compiled segment's example input: the program's own (a non-leaf requiring grad where an earlier segment's
     write recorded by autograd made it require grad: ``x.t().mul_(w)`` run in eager), or the traced value of an
@@ -321,8 +327,8 @@ def _example(
     value = node.meta["val"].detach()  # detach keeps the storage
     call = node.args[0] if node.target is operator.getitem else node
     traced = value
-    if graph_ops.runs_eagerly(call) is not None:  # only there: a real example of Dynamo's adds unguarded symbols
-        value = as_input_alias(meta, value, example_inputs)  # a Function's returned input (s1812_2373)
+    if graph_ops.runs_eagerly(call) is not None or aliased:  # a Function's returned input (s1812_2373), or a
+        value = as_input_alias(meta, value, example_inputs)  # value another source aliases (s1819_357)
     if eager_requires_grad(meta, node) and (value.is_floating_point() or value.is_complex()):
         # A non-leaf, as eager's value is: AOTAutograd hides a write to a leaf input from autograd (detach().copy_),
         # a wrong gradient on eager's non-leaf (test_aotdispatch's test_input_data_and_metadata_mutation).
@@ -383,15 +389,6 @@ def _graph_breaks_of(meta: GraphMeta, plan: Cut, stage: Stage) -> GraphBreaks:
             + [("output", j) for j, n in enumerate(stage.nodes) if meta.root.get(n, n) in at]
         )
     return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), break_writes=writes)
-
-
-def _views_a_dropout_returning_its_input(n: fx.Node) -> bool:
-    """``n`` is (a view of) a dropout that returns its input in eager (p=0, or eval) but a fresh tensor where torch
-    2.13 compiles it (Note [An eval dropout of an input the core reads]). A call run in eager on it (a Function
-    returning or marking dirty its input) would alias that fresh tensor, where eager's aliases the input."""
-    while is_any_view(n) and not graph_ops.is_dropout(n) and n.args and isinstance(n.args[0], fx.Node):
-        n = n.args[0]
-    return graph_ops.is_dropout(n) and graph_ops.returns_its_input(n) and not ti.eval_dropout_is_traced_as_its_input()
 
 
 def _writes(n: fx.Node) -> bool:

@@ -474,3 +474,38 @@ def test_a_detach_after_a_cut_saves_nothing_for_its_value(fn: Callable[..., Any]
     for got, expected in zip(run(compiled), run(fn)):
         torch.testing.assert_close(got, expected)
     assert_matches_eager(fn, compiled, make_inputs)
+
+
+def writes_through_two_handed_aliases(a: torch.Tensor, xs: list[torch.Tensor]) -> Any:  # fuzzer s1819_357
+    u1 = torch.empty_like(xs[0])
+    with torch.no_grad():
+        torch.tanh(xs[0], out=u1)
+    t0 = a.tanh()
+    t0.unsqueeze_(1)
+    t1 = a[1:2]
+    t2 = ReturnsInput.apply(a)  # cut around: the segment after it is handed t2 and t1, both views of a
+    with torch.no_grad():
+        xs[1].mul_(2.0)
+    t2.mul_(-1.0)
+    torch.add(t1, t1, out=t1)  # a write through t1 that ScaledClone, reading t2, must see
+    t3 = t0 @ t0.t()
+    u4 = torch.stack(xs)
+    return t2, t3, t1.t(), ScaledClone.apply(t2), u4
+
+
+def test_segment_inputs_that_alias_each_other_alias_in_their_examples() -> None:
+    """A segment handed two values that share a storage (``t1 = a[1:2]`` from the segment before, ``t2`` from the
+    call run in eager) was compiled for examples that did not: its core, sliced into independent parts, ran
+    ``ScaledClone.apply(t2)`` before the write through ``t1``, and returned ``a[1]`` unscaled (a silent wrong value).
+    Their examples now share the storage (crossing_values.sources_sharing_storage)."""
+
+    def make_inputs() -> list[Any]:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(2, generator=g)
+        return [a, [torch.randn(1, 2, generator=g).requires_grad_() for _ in range(2)] + [torch.randn(1, 2, generator=g)]]
+
+    fn = writes_through_two_handed_aliases
+    compiled = predispatch_views.compile_function(fn, inner="aot_eager")
+    actual, expected = compiled(*make_inputs()), fn(*make_inputs())
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)
