@@ -173,7 +173,7 @@ def replay_order(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable
         if n in epilogue and graph_ops.is_data_mutation(n):
             mutations.setdefault(root[n], []).append(n)
     for n in nodes:
-        if n in epilogue or n.op == "output":
+        if n in epilogue or n.op == "output" or _like_factory(n):  # it reads no element a data mutation changes
             continue
         for i in n.all_input_nodes:
             before = [m for m in mutations.get(root.get(i, i), ()) if order[m] < order[n]]
@@ -359,7 +359,13 @@ def _never_requires_grad(n: fx.Node) -> bool:
     value = n.meta.get("val")
     if isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex()):
         return True
-    return (graph_ops.schema_name(n) or "").endswith("_like") and isinstance(value, torch.Tensor)
+    return _like_factory(n)
+
+
+def _like_factory(n: fx.Node) -> bool:
+    """``empty_like``, ``zeros_like``, ``rand_like``...: it reads its argument's sizes, strides, dtype and device,
+    no element of it."""
+    return (graph_ops.schema_name(n) or "").endswith("_like") and isinstance(n.meta.get("val"), torch.Tensor)
 
 
 # View calls whose autograd view info always carries a view_fn (torch's codegen: VIEW_FUNCTIONS_WITH_METADATA_CHANGE).

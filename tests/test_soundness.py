@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 import predispatch_views as pv
-from predispatch_views import _torch_internals
+from predispatch_views import _torch_internals, pipeline
 from predispatch_views.compare.fuzz_program import ReturnsInput, ScaledClone
 from tests.parity_utils import assert_matches_eager, assert_same, observe, outcome
 
@@ -593,6 +593,31 @@ def test_a_result_that_never_requires_grad_may_read_a_no_grad_view(entry: str) -
     assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected] == [True, False, False, False]
     torch.testing.assert_close(actual[1:], expected[1:])
     assert_matches_eager(fn, compiled, make_inputs)
+
+
+def like_after_a_write_through_a_view(a: torch.Tensor) -> Any:  # fuzzer s1819_432, shrunk
+    t1, _, t3, t4 = a.tensor_split(4, 2)
+    t4.zero_()  # a write through a view, replayed in eager after the core
+    u1 = torch.empty_like(t3)  # reads t3's sizes and strides, no element
+    u1.fill_(2)
+    return t4, t1, u1 * 3, a
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_like_factory_is_no_read_of_the_elements_a_replayed_write_changes(entry: str) -> None:
+    """``empty_like(t3)`` in the core after ``t4.zero_()``, replayed in eager, of the same base: the rule that
+    refuses a core read after a replayed write fell back (or cut) for it, though it reads no element."""
+    fn = like_after_a_write_through_a_view
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(1, 1, 4, generator=torch.Generator().manual_seed(0))]
+
+    pv.FALLBACKS.clear()
+    pipeline.GRAPHS.clear()
+    strict = pv.backend("aot_eager", strict=True)
+    compiled = torch.compile(fn, backend=strict) if entry == "backend" else pv.compile_function(fn, strict=True)
+    assert_matches_eager(fn, compiled, make_inputs)
+    assert not pv.FALLBACKS and not any("segments" in detail for _, _, detail in pipeline.GRAPHS)
 
 
 def no_grad_view_across_graph_break(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s31_447: Dynamo crashed
