@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -350,15 +350,11 @@ def as_input_alias(meta: GraphMeta, value: torch.Tensor, example_inputs: Sequenc
     [Segments]), as that input's example viewed with the traced geometry, so a segment handed it sees the alias
     eager's value has (Note [Inputs that alias each other] in analysis.py); ``value`` itself where it shares none,
     or where the geometry is symbolic (the trace's symbols are not the examples')."""
-    geometry = (*value.shape, *value.stride(), value.storage_offset())
-    if not all(isinstance(g, int) for g in geometry):
+    if not _static_geometry(value):
         return value
-    storage = ti.StorageWeakRef(value.untyped_storage())
-    for p, example in zip(meta.placeholders, example_inputs):
-        traced = p.meta.get("val")
-        if not (isinstance(traced, torch.Tensor) and isinstance(example, torch.Tensor)):
-            continue
-        if ti.StorageWeakRef(traced.untyped_storage()) == storage and traced.dtype == value.dtype:
+    examples = dict(zip(meta.placeholders, example_inputs))
+    for p in _inputs_sharing_storage(meta, value):
+        if isinstance(example := examples.get(p), torch.Tensor) and p.meta["val"].dtype == value.dtype:
             return example.detach().as_strided(value.shape, value.stride(), value.storage_offset())
     return value
 
@@ -366,8 +362,22 @@ def as_input_alias(meta: GraphMeta, value: torch.Tensor, example_inputs: Sequenc
 def symbolic_input_alias(meta: GraphMeta, value: object) -> fx.Node | None:
     """The graph input whose storage a traced ``value`` of symbolic geometry shares (a custom Function returned its
     input under dynamic shapes), which ``as_input_alias`` cannot lay over that input's example; None otherwise."""
-    if not isinstance(value, torch.Tensor):
+    if not isinstance(value, torch.Tensor) or _static_geometry(value):
         return None
+    return next(_inputs_sharing_storage(meta, value), None)
+
+
+def _static_geometry(value: torch.Tensor) -> bool:
+    return all(isinstance(g, int) for g in (*value.shape, *value.stride(), value.storage_offset()))
+
+
+def _inputs_sharing_storage(meta: GraphMeta, value: torch.Tensor) -> Iterator[fx.Node]:
+    """The graph inputs whose traced value shares ``value``'s storage, in order."""
+    storage = ti.StorageWeakRef(value.untyped_storage())
+    for p in meta.placeholders:
+        traced = p.meta.get("val")
+        if isinstance(traced, torch.Tensor) and ti.StorageWeakRef(traced.untyped_storage()) == storage:
+            yield p
     if all(isinstance(g, int) for g in (*value.shape, *value.stride(), value.storage_offset())):
         return None
     storage = ti.StorageWeakRef(value.untyped_storage())
