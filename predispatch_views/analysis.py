@@ -37,11 +37,12 @@ the signature): kept in the core, the write puts the core's one opaque backward 
 viewing it, and that backward writes a zero gradient into any other written input's history where eager leaves
 None (fuzzer s31_409: the backend replayed the write, compile_function did not). So the replay placement is
 tried first for every such input, and the core placement only when the replay plan must fall back (the core
-reads an alias after the write, or may save it). A write under no_grad is replayed even where no replayed view
-or output follows it, and never kept in the core: AOTAutograd (torch 2.13) applies a synthetic base's write after
-its compiled function with a ``copy_`` autograd records, no_grad or not, so the inputs' history gains a
-``CopyBackwards`` and the gradient through everything before the write becomes zero (fuzzer s1819_134,
-``compile_function``, whose core read both inputs where Dynamo's graph read one).
+reads an alias after the write, or may save it). A write under no_grad, in a graph called with grad mode on, to
+inputs that require grad is replayed even where no replayed view or output follows it, and never kept in the core:
+AOTAutograd (torch 2.13) applies a synthetic base's write after its compiled function with a ``copy_`` autograd
+records, no_grad region or not, so the inputs' history gains a ``CopyBackwards`` and the gradient through
+everything before the write becomes zero (fuzzer s1819_134, ``compile_function``, whose core read both inputs
+where Dynamo's graph read one).
 The fallback rules, with Notes [Mutations the epilogue must not replay] and [A view taken under no_grad keeps
 its base's requires_grad], are in fallback_rules.py; what they read, in graph_meta.py.
 """
@@ -116,8 +117,18 @@ def select_epilogue_from(meta: GraphMeta) -> EpilogueSelection | Fallback:
 
 
 def _hidden_aliased_input_writes(meta: GraphMeta) -> list[fx.Node]:
-    """The writes under no_grad to an input that aliases another (Note [Inputs that alias each other])."""
-    return [n for n in meta.mutations if n in meta.no_grad and set(graph_ops.written_args(n)) & meta.aliased_inputs]
+    """The writes under no_grad to an input that aliases another, of a storage whose inputs require grad, in a
+    graph called with grad mode on (else AOTAutograd's write is no more recorded than eager's): Note [Inputs that
+    alias each other]."""
+    if not meta.grad_enabled:
+        return []
+    grad_roots = {meta.root.get(p, p) for p in meta.aliased_inputs if p in meta.requires_grad}
+    return [
+        n
+        for n in meta.mutations
+        if n in meta.no_grad
+        and any(w in meta.aliased_inputs and meta.root.get(w, w) in grad_roots for w in graph_ops.written_args(n))
+    ]
 
 
 def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSelection | Fallback:
