@@ -327,7 +327,7 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
                 "its base's requires_grad])",
             )
     for k, n in enumerate(meta.outputs):
-        if n not in no_grad_views:
+        if n not in no_grad_views and n not in identities:  # an identity may be a new view (``narrow`` of it all)
             continue
         if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, n):
             return Fallback(  # Note [What runs between two graphs] in _torch_internals/dynamo_break.py

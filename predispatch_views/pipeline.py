@@ -98,6 +98,7 @@ def compile_captured(
             graph_breaks=graph_breaks,
             cut_around_saved_writes=bool(cut_around_saved_writes),
         )
+        result.restricted_outputs = stock_views.eager_restricted_outputs(meta)
         selection = select_epilogue_from(meta)
         lap("select")
         if isinstance(selection, Fallback):
@@ -383,7 +384,8 @@ def _fall_back(
     log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, graph_label(graph))
     FALLBACKS.append((graph_label(graph), fallback.reason))
     result.fallback = fallback
-    result.run = stock_views.recording_stock_views(inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict))
+    run = inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
+    result.run = stock_views.recording_stock_views(run, result.restricted_outputs)
     return result
 
 

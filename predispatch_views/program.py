@@ -32,6 +32,8 @@ class CompiledProgram:
     sliced: SlicedProgram | None = None
     epilogue_source: str | None = None
     fallback: Fallback | None = None  # why the program is not replayed
+    # Outputs eager returns as views autograd forbids rebasing (Note [Stock's views across a graph break]).
+    restricted_outputs: frozenset[int] = frozenset()
     notes: list[str] = field(default_factory=list)
     # A program cut in two (Note [Segments] in segments.py): its halves, in order; the fields above stay empty.
     segments: list[CompiledProgram] = field(default_factory=list)

@@ -28,6 +28,7 @@ import torch
 
 from . import _torch_internals as ti
 from .fallbacks import Fallback
+from .graph_meta import GraphMeta, restricted_view
 from .outcomes import FALLBACKS
 
 log = logging.getLogger("predispatch_views")
@@ -38,10 +39,17 @@ _RECORDED: dict[Any, weakref.WeakValueDictionary[int, torch.Tensor]] = {}
 _PURGE_AT = [1024]  # purge dead entries when the table grows past this (doubled after each purge)
 
 
-def record_stock_views(outputs: Any) -> None:
-    """Remember the views among a fallen-back program's outputs."""
-    for t in ti.tree_leaves(outputs):
-        if isinstance(t, torch.Tensor) and ti.is_view(t) and (key := ti.storage_ref(t)) is not None:
+def eager_restricted_outputs(meta: GraphMeta) -> frozenset[int]:
+    """The outputs eager returns as views autograd forbids rebasing (a multi-output view's, a no_grad view): where
+    stock returns them as no views (the unsafe fix), the caller may write them as eager's refuses (fuzzer
+    s1820_651), so they count as stock's views."""
+    return frozenset(k for k, n in enumerate(meta.outputs) if restricted_view(meta, n))
+
+
+def record_stock_views(outputs: Any, restricted: frozenset[int] = frozenset()) -> None:
+    """Remember the views among a fallen-back program's outputs, and its outputs at ``restricted``."""
+    for k, t in enumerate(ti.tree_leaves(outputs)):
+        if isinstance(t, torch.Tensor) and (ti.is_view(t) or k in restricted) and (key := ti.storage_ref(t)):
             _RECORDED.setdefault(key, weakref.WeakValueDictionary())[id(t)] = t
     if len(_RECORDED) > _PURGE_AT[0]:
         for key in [k for k, views in _RECORDED.items() if not views or k.expired()]:
@@ -56,12 +64,12 @@ def shares_storage_with_a_stock_view(t: Any) -> bool:
     return bool(views)
 
 
-def recording_stock_views(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run`` (a fallen-back program), recording the views it returns."""
+def recording_stock_views(run: Callable[..., Any], restricted: frozenset[int] = frozenset()) -> Callable[..., Any]:
+    """``run`` (a fallen-back program), recording the views it returns (and its outputs at ``restricted``)."""
 
     def recorded(*args: Any) -> Any:
         outputs = run(*args)
-        record_stock_views(outputs)
+        record_stock_views(outputs, restricted)
         return outputs
 
     return recorded

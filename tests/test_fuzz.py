@@ -1139,6 +1139,21 @@ def test_s1817_2120_an_empty_like_of_a_no_grad_view_needs_no_fallback(label: str
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
 
 
+@pytest.mark.parametrize(
+    ("label", "stock_label"),
+    [
+        ("prototype[aot_eager]", "stock[aot_eager]"),
+        ("prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]"),
+    ],
+)
+def test_s1820_651_a_no_grad_view_of_stocks_unbind_output_between_two_breaks(label: str, stock_label: str) -> None:
+    """Seed 1820 on 5425d7c (present on 746416f): the graph between two breaks replayed ``t6 = t5.narrow(...)``
+    under no_grad of ``t5``, stock's unbind output from the fallen-back graph before, which the caller may write
+    where eager's refuses; ``t6.grad_fn`` then raised where stock's runs (tests/test_stock_views.py has the
+    three causes)."""
+    _assert_no_violation(1820, 651, label, stock_label)
+
+
 def test_s1812_1567_a_separated_output_that_requires_no_grad_is_no_view() -> None:
     """Seed 1812 on ed2e503 (``compile_function``): ``t2 = t0.detach().mul_(3.0).sigmoid()`` is returned and saved
     by ``t3 = t2 * t0``'s node. Note [A saved alias of a value the caller can write] returned it through

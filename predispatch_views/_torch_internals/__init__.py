@@ -287,8 +287,8 @@ def starts_after_graph_break(gm: Any) -> bool:
     """Whether Dynamo compiled ``gm`` from a resume function: its inputs may be an earlier graph's outputs."""
     from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX
 
-    origin = dynamo_graph_origin(gm)
-    return origin is not None and origin[0].startswith(TORCH_DYNAMO_RESUME_IN_PREFIX)
+    name = compiled_code_name(gm) or (dynamo_graph_origin(gm) or ("",))[0]
+    return name.startswith(TORCH_DYNAMO_RESUME_IN_PREFIX)
 
 
 def lookup_backend(name: str) -> Callable[..., Any]:
@@ -386,7 +386,7 @@ def two_tensor_class() -> type:
 
 
 # Dynamo's record; random draws kept; what backward reads; the stock variants compare/strategies.py emulates.
-from .dynamo_break import graph_break_writes  # noqa: E402, F401
+from .dynamo_break import compiled_code_name, graph_break_writes  # noqa: E402, F401
 from .dynamo_inputs import fakified_with_static_sizes, restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
 from .pre_dispatch_trace import trace_pre_dispatch  # noqa: E402

@@ -132,3 +132,13 @@ def _positions(gm: Any, written: list[Any]) -> Written | None:
             return None
         found.update(where)
     return frozenset(found)
+
+
+def compiled_code_name(gm: Any) -> str | None:
+    """The name of the code object whose frame Dynamo is compiling ``gm`` from (a resume function's own name), or
+    None outside Dynamo's compile of it. The graph's ``compile_subgraph_reason`` names the user's function instead
+    where a resume function's graph ends at another break (fuzzer s1820_651)."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    tx = InstructionTranslator.current_tx()
+    return tx.f_code.co_name if tx is not None and tx.output.graph is gm.graph else None
