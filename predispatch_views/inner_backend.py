@@ -83,10 +83,20 @@ def inner_or_uncompiled(
     The graph is Dynamo's as stock gets it (Note [An inlined Function returns its input as eager does]), where an
     inlined Function's result is its input itself; the input is then returned as it is (``_inputs_as_they_are``).
     """
-    stripped = without_inlined_function_views(graph)
+    original, stripped = graph, without_inlined_function_views(graph)
     graph, rewritten = stripped, stripped is not graph
     try:
-        compiled = inner_fn(graph, list(example_inputs))
+        try:
+            compiled = inner_fn(graph, list(example_inputs))
+        except ti.DYNAMO_RESTARTS:
+            raise
+        except Exception:
+            if not rewritten:
+                raise
+            # Stripped, a write of the view's metadata (``t4.unsqueeze_(3)``) became one of the input's, which
+            # Dynamo's own trace would have broken at (fuzzer s1820_805): the graph as traced, eager's view.
+            graph, rewritten = original, False
+            compiled = inner_fn(graph, list(example_inputs))
         return _inputs_as_they_are(compiled, graph) if rewritten else compiled
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise

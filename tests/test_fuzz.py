@@ -1154,6 +1154,24 @@ def test_s1820_651_a_no_grad_view_of_stocks_unbind_output_between_two_breaks(lab
     _assert_no_violation(1820, 651, label, stock_label)
 
 
+@pytest.mark.parametrize(
+    ("label", "stock_label"),
+    [
+        ("prototype[aot_eager]", "stock[aot_eager]"),
+        ("prototype[aot_eager,compiled_autograd]", "stock[aot_eager,compiled_autograd]"),
+    ],
+)
+def test_s1820_805_a_metadata_write_to_an_inlined_functions_view_falls_back_as_traced(
+    label: str, stock_label: str
+) -> None:
+    """Seed 1820 on 5425d7c: called under no_grad, Dynamo inlined ``t4 = ReturnsInput.apply(b)`` and traced
+    eager's view of ``b`` (Note [An inlined Function returns its input as eager does]), then ``t4.unsqueeze_(3)``.
+    The graph falls back; stripped of the view for stock, the metadata write became one of the input ``b`` itself,
+    a graph Dynamo never makes (its own trace breaks there), and AOTAutograd's compile raised where eager and stock
+    run. The graph as traced is compiled instead (inner_backend.inner_or_uncompiled)."""
+    _assert_no_violation(1820, 805, label, stock_label)
+
+
 def test_s1812_1567_a_separated_output_that_requires_no_grad_is_no_view() -> None:
     """Seed 1812 on ed2e503 (``compile_function``): ``t2 = t0.detach().mul_(3.0).sigmoid()`` is returned and saved
     by ``t3 = t2 * t0``'s node. Note [A saved alias of a value the caller can write] returned it through
