@@ -327,7 +327,7 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
                 "its base's requires_grad])",
             )
     for k, n in enumerate(meta.outputs):
-        if n not in no_grad_views and n not in identities:  # an identity may be a new view (``narrow`` of it all)
+        if n not in no_grad_views and not (n in identities and _may_be_a_new_view(n)):
             continue
         if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, n):
             return Fallback(  # Note [What runs between two graphs] in _torch_internals/dynamo_break.py
@@ -357,9 +357,13 @@ def _never_requires_grad(n: fx.Node) -> bool:
     """Eager's result of ``n`` requires no grad whatever it reads: an integer or bool tensor, or a ``*_like``
     factory (``empty_like(v)`` of a no_grad view: fuzzer s1817_2120), whose only tensor argument gives its layout."""
     value = n.meta.get("val")
-    if isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex()):
-        return True
-    return _like_factory(n)
+    return _like_factory(n) or (isinstance(value, torch.Tensor) and not value.is_floating_point() | value.is_complex())
+
+
+def _may_be_a_new_view(n: fx.Node) -> bool:
+    """A new view in eager, NO_GRAD_MODE under no_grad (``narrow`` of it all: s1820_651); not ``detach`` nor an op
+    returning its input itself (s1821_716)."""
+    return graph_ops.schema_name(n) != "detach" and not graph_ops.is_input_returned_by_a_fresh_op(n)
 
 
 def _like_factory(n: fx.Node) -> bool:

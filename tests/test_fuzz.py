@@ -1172,6 +1172,14 @@ def test_s1820_805_a_metadata_write_to_an_inlined_functions_view_falls_back_as_t
     _assert_no_violation(1820, 805, label, stock_label)
 
 
+def test_s1821_716_a_detach_is_no_no_grad_view_to_check() -> None:
+    """Seed 1821 on d0ea4dd (a regression of d0ea4dd, called under inference_mode): the graph after a break returns
+    ``detach`` of an input, which d0ea4dd's check counted as a possible no_grad view (its geometry is its input's),
+    so the call ran stock's program, whose output (an inference-mode view) refuses the caller's write where eager's
+    accepts it. A ``detach``, or an op returning its input itself, is no new view."""
+    _assert_no_violation(1821, 716, "prototype[aot_eager]", "stock[aot_eager]")
+
+
 def test_s1812_1567_a_separated_output_that_requires_no_grad_is_no_view() -> None:
     """Seed 1812 on ed2e503 (``compile_function``): ``t2 = t0.detach().mul_(3.0).sigmoid()`` is returned and saved
     by ``t3 = t2 * t0``'s node. Note [A saved alias of a value the caller can write] returned it through
