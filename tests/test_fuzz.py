@@ -796,12 +796,7 @@ def test_s1801_calls_under_no_grad_or_inference_mode_compile_without_falling_bac
     ReturnsInput.apply(t1)``, inlined and rewritten to eager's view, crosses the break at ``torch.max(t3, 1,
     out=(u4, u5))``), Dynamo's read of the view's ``grad_fn`` raises only where its base was written: by the graph
     or by the break's instruction, which writes only ``u4, u5`` (capture._written_at_break)."""
-    program = generate(1801, index, ALL)
-    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
-    reference = run_program(program, eager())
-    run = run_program(program, by_label[label])
-    assert run.fallbacks == []
-    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+    _assert_matches_without_fallback(1801, index, label)
 
 
 @pytest.mark.parametrize("index", [479, 560, 381, 269, 324])
@@ -937,6 +932,16 @@ def test_an_input_dynamo_reached_under_two_sources_keeps_its_symbols(seed: int, 
         assert done.returncode == 0, (hash_seed, done.stderr[-2000:])
 
 
+def _assert_matches_without_fallback(seed: int, index: int, label: str) -> None:
+    """Fuzz program ``seed``/``index`` (every dimension) under ``label`` falls back nowhere and matches eager on
+    every probe."""
+    program = generate(seed, index, ALL)
+    run = run_program(program, {s.label: s for s in fuzz_strategies("aot_eager", ALL)}[label])
+    assert run.fallbacks == []
+    outcome = classify(run_program(program, eager()), run)
+    assert outcome.kind == "match", outcome.describe()
+
+
 def _assert_no_violation(seed: int, index: int, label: str, stock_label: str) -> None:
     """Fuzz program ``seed``/``index`` (every dimension) under ``label`` breaks no rule of the invariant against
     ``stock_label``, the same setting's stock."""
@@ -963,12 +968,7 @@ def test_s1804_a_functions_view_written_under_no_grad_where_nothing_requires_gra
     around it was refused as if the view came through an op that returns its input (s1203_834's eval dropout):
     ``graph_meta.through_a_copy`` asked ``returns_its_input``, true of every declared view; it now asks for an op
     whose schema promises a fresh tensor."""
-    program = generate(1804, index, ALL)
-    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
-    reference = run_program(program, eager())
-    run = run_program(program, by_label[label])
-    assert run.fallbacks == []
-    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+    _assert_matches_without_fallback(1804, index, label)
 
 
 _DEFAULT_AND_COMPILED_AUTOGRAD = [
@@ -1131,12 +1131,7 @@ def test_s1817_2120_an_empty_like_of_a_no_grad_view_needs_no_fallback(label: str
     keeps its base's requires_grad]); stock's ``t1`` let the caller write it with grad where eager's refuses, and
     the first graph's replayed no_grad view ``t0`` of the same input then refused its ``grad_fn``. ``empty_like``'s
     result requires no grad in eager either: no fallback, every probe eager's."""
-    program = generate(1817, 2120, ALL)
-    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
-    reference = run_program(program, eager())
-    run = run_program(program, by_label[label])
-    assert run.fallbacks == []
-    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+    _assert_matches_without_fallback(1817, 2120, label)
 
 
 @pytest.mark.parametrize(
