@@ -123,7 +123,7 @@ def _not_plain(gm: fx.GraphModule, n: fx.Node) -> str | None:
     if any(k == "out" for k in n.kwargs):
         return "an out= call"
     name = _name(n)
-    if "dropout" in name and not _drops(n):
+    if "dropout" in name and ti.dropout_drops(n) is not True:
         return "a dropout that may return its input (eval or p=0: fake tensors do not show it)"
     if n.op == "call_method":
         if name.endswith("_") or name in _SIDE_EFFECT_METHODS:
@@ -141,18 +141,6 @@ def _not_plain(gm: fx.GraphModule, n: fx.Node) -> str | None:
     if _inplace_flag(n):
         return f"{name}(inplace=True)"
     return None
-
-
-def _drops(n: fx.Node) -> bool:
-    """A dropout in training mode with p > 0: a fresh random tensor (Note [Ops that return their input] in
-    graph_ops.py: with p == 0 or not training, at::dropout returns its input itself)."""
-    try:
-        bound = inspect.signature(n.target).bind(*n.args, **n.kwargs)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    bound.apply_defaults()
-    p, training = bound.arguments.get("p"), bound.arguments.get("training", bound.arguments.get("train"))
-    return isinstance(p, (int, float)) and p > 0 and training is True
 
 
 def _inplace_flag(n: fx.Node) -> bool:

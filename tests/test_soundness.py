@@ -938,6 +938,35 @@ def test_an_inlined_function_under_no_grad_returns_a_detached_input_as_eager() -
         torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+@pytest.mark.parametrize(("p", "train"), [(0.5, False), (0.0, True)])
+def test_an_inlined_function_returning_a_dropouts_input_reads_that_inputs_requires_grad(
+    mode: str, p: float, train: bool
+) -> None:
+    """Fuzzer s1821_612: ``ReturnsInput.apply(F.dropout(b, p, train))`` with a dropout that returns ``b`` itself.
+    Dynamo's fake dropout allocates a tensor that requires no grad, while eager's apply receives ``b``, which does,
+    and returns ``b.detach()``: the rewrite had traced ``view_as`` under no_grad, whose view requires grad, and the
+    caller's backward raised where eager's has nothing to run (Note [An inlined Function returns its input as eager
+    does])."""
+
+    def fn(b: torch.Tensor) -> Any:
+        return (ReturnsInput.apply(F.dropout(b, p, train)),)
+
+    def call(f: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        b = torch.randn(3, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1)[1:]
+        with getattr(torch, mode)():
+            return f(b)[0], b
+
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    (want, _), (got, b) = call(fn), call(torch.compile(fn, backend=pv.backend("aot_eager")))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    shown = [(t.requires_grad, t.grad_fn, t._is_view(), t.is_inference()) for t in (want, got)]
+    assert shown[0] == shown[1]
+    assert got.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    torch.testing.assert_close(got, want)
+
+
 def returns_input_kept_and_inlined(x: torch.Tensor, w: torch.Tensor, kept_first: bool) -> Any:
     if kept_first:
         a = ReturnsInput.apply(x.sin())  # x requires grad: Dynamo records autograd_function_apply

@@ -3,6 +3,7 @@ APIs, behind _torch_internals like every other)."""
 
 from __future__ import annotations
 
+import inspect
 import types
 import weakref
 from collections.abc import Callable
@@ -68,7 +69,10 @@ def inlined_autograd_functions() -> list[type]:
 # before. A result the rewrite does not cover (another container, an output requiring grad that is no input)
 # leaves the Function in ``inlined_autograd_functions``, whose rule falls back as before; so does a rewritten view
 # that crosses a graph break (Dynamo reads its autograd state while wrapping it for the next graph: fuzzer
-# s1602_1270, under inference_mode, where that state raises). Eager also marks the
+# s1602_1270, under inference_mode, where that state raises). Whether the returned input requires grad is read
+# off Dynamo's fake value, except through a dropout that returns its input (eval or p=0): its fake kernel
+# allocates a tensor that never requires grad under no_grad, while eager's result is the input itself, which may
+# (fuzzer s1821_612); there the dropout's own input decides. Eager also marks the
 # view IN_CUSTOM_FUNCTION where the replay's is NO_GRAD_MODE: an in-place write to it with grad raises in both,
 # with another message (Dynamo's trace cannot call ``_set_creation_meta``). A graph that falls back goes to stock
 # as Dynamo traced it for stock (``without_inlined_function_views``): stock never saw these views, and AOTAutograd
@@ -134,7 +138,12 @@ def install_inlined_function_returns(is_this_backend: Callable[[Any], bool]) -> 
         rewritten, covered = [], isinstance(result, (TupleVariable, TensorVariable))
         for item in items:
             if isinstance(item, TensorVariable) and item.as_proxy().node in inputs:
-                helper = _detached if item.requires_grad else _view_as_under_no_grad
+                node = item.as_proxy().node
+                requires_grad = _runtime_requires_grad(node) if is_dropout_call(node) else item.requires_grad
+                if requires_grad is None:
+                    covered = False  # left to the rule
+                    break
+                helper = _detached if requires_grad else _view_as_under_no_grad
                 item = UserFunctionVariable(helper).call_function(tx, [item], {})
             elif isinstance(item, TensorVariable) and item.requires_grad:
                 covered = False  # eager detaches it in place (not an input): left to the rule
@@ -148,6 +157,40 @@ def install_inlined_function_returns(is_this_backend: Callable[[Any], bool]) -> 
     call_apply._predispatch_views = True  # type: ignore[attr-defined]
     AutogradFunctionVariable.call_apply = call_apply
     return True
+
+
+def dropout_drops(n: torch.fx.Node) -> bool | None:
+    """For a torch-level dropout call of Dynamo's graph: True where it draws a fresh tensor (training, p > 0),
+    False where at::dropout returns its input itself (``p == 0`` or not training), None where its arguments do
+    not say (Note [Ops that return their input] in graph_ops.py)."""
+    try:
+        bound = inspect.signature(n.target).bind(*n.args, **n.kwargs)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    bound.apply_defaults()
+    p, training = bound.arguments.get("p"), bound.arguments.get("training", bound.arguments.get("train"))
+    if p == 0 or training is False:
+        return False
+    return True if isinstance(p, (int, float)) and p > 0 and training is True else None
+
+
+def is_dropout_call(n: torch.fx.Node) -> bool:
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+    return n.op in ("call_function", "call_method") and "dropout" in name
+
+
+def _runtime_requires_grad(n: torch.fx.Node) -> bool | None:
+    """Whether the tensor ``n`` stands for requires grad when the graph runs, read through the dropouts that
+    return their input (Note [An inlined Function returns its input as eager does]); None where unknown."""
+    while is_dropout_call(n) and n.args and isinstance(n.args[0], torch.fx.Node):
+        drops = dropout_drops(n)
+        if drops is None:
+            return None
+        if drops:
+            break
+        n = n.args[0]
+    value = n.meta.get("example_value")
+    return value.requires_grad if isinstance(value, torch.Tensor) else None
 
 
 def _unwrapped(compiler_fn: Any) -> Any:
