@@ -170,18 +170,24 @@ def hidden_from_autograd(meta: GraphMeta, write: fx.Node, target: fx.Node) -> bo
     return write in meta.no_grad or graph_ops.schema_name(n) == "detach"
 
 
-def only_hidden_writes(meta: GraphMeta, root: fx.Node) -> bool:
+def only_hidden_writes(meta: GraphMeta, root: fx.Node, within: Sequence[fx.Node] | None = None) -> bool:
     """Whether the program writes data of ``root``'s storage, and only hidden from autograd. A segment handed a
     value of it that requires grad then gets a leaf example, for which AOTAutograd hides its writes too
     (``detach().copy_``); any other such value gets a non-leaf, whose writes it records (segments._example), so a
-    hidden write of it is refused there (fuzzer s1601_1024: the recorded copy raised on a custom Function's view)."""
-    writes = [
-        hidden_from_autograd(meta, n, w)
-        for n in meta.nodes
-        if graph_ops.is_data_mutation(n)
-        for w in graph_ops.written_args(n)
-        if meta.root.get(w, w) is root
-    ]
+    hidden write of it is refused there (fuzzer s1601_1024: the recorded copy raised on a custom Function's view).
+    Where the segment's nodes ``within`` write data of it, only theirs count: AOTAutograd applies those, the others
+    run in other segments (s1821_743: ``MarkDirty.apply(t0)`` run in eager, then ``t0.detach().mul_(3)``)."""
+
+    def hidden(nodes: Sequence[fx.Node]) -> list[bool]:
+        return [
+            hidden_from_autograd(meta, n, w)
+            for n in nodes
+            if graph_ops.is_data_mutation(n)
+            for w in graph_ops.written_args(n)
+            if meta.root.get(w, w) is root
+        ]
+
+    writes = (within is not None and hidden(within)) or hidden(meta.nodes)
     return bool(writes) and all(writes)
 
 

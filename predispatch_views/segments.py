@@ -94,6 +94,7 @@ class Stage:
     compiled: bool
     nodes: tuple[fx.Node, ...]  # the original nodes whose values it returns, in order
     grad_args: frozenset[int] = frozenset()  # inputs an earlier stage's write recorded by autograd made require grad
+    members: tuple[fx.Node, ...] = ()  # the original nodes it runs
 
 
 @dataclass(frozen=True)
@@ -231,9 +232,8 @@ def cut(meta: GraphMeta, at: fx.Node, *, run_eagerly: bool = False, through: fx.
                 return f"{n.name}, which a later segment reads, is not a tensor"
         graph.output(tuple(env[n] for n in kept))
         ti.mark_must_recompute(env[n] for n in members if n in recompute)
-        stages.append(
-            Stage(name, fx.GraphModule(meta.gm, graph), tuple(sources), compiled, tuple(kept), frozenset(grad_args))
-        )
+        parts = (tuple(sources), compiled, tuple(kept), frozenset(grad_args), tuple(members))
+        stages.append(Stage(name, fx.GraphModule(meta.gm, graph), *parts))
         written = (meta.root.get(graph_ops.mutated_input(n)) for n in members if n in meta.requires_grad)
         grad_args |= {position[r] for r in written if r in position}
     outputs: list[Source] = []
@@ -298,7 +298,7 @@ def _refused(
             if (
                 hidden_from_autograd(meta, n, w)
                 and eager_requires_grad(meta, root)
-                and not only_hidden_writes(meta, root)
+                and not only_hidden_writes(meta, root, members)
             ):
                 return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
             if (saver := compiled_saver(meta, root, compiled_before, recompute)) is not None:
@@ -333,7 +333,8 @@ def _example(
         # A non-leaf, as eager's value is: AOTAutograd hides a write to a leaf input from autograd (detach().copy_),
         # a wrong gradient on eager's non-leaf (test_aotdispatch's test_input_data_and_metadata_mutation).
         value.requires_grad_(True)
-        value = value if only_hidden_writes(meta, meta.root.get(node, node)) else value.view_as(value)
+        hidden = only_hidden_writes(meta, meta.root.get(node, node), stage.members if stage is not None else None)
+        value = value if hidden else value.view_as(value)
     # A real alias Dynamo never saw: static sizes, or its fresh symbols break Dynamo's guards (s1817_358).
     return value if value is traced or isinstance(value, ti.FakeTensor) else ti.fakified_with_static_sizes(value)
 

@@ -320,10 +320,11 @@ def test_fuzz_programs_that_cut_and_match_eager(index: int) -> None:
 
 # Fuzz programs (seed 1502, every dimension) whose dirty-marking Function fell back on ee149c9: the cut around it
 # was refused, a later segment writing a value handed over that requires grad. With a non-leaf example for such a
-# value (segments._example) each matches eager under every prototype setting, with no fallback. (93 did too on
-# e17ed8a, but its handed value is written both through MarkDirty and through a detached alias: refused under
-# compile_function since, where a non-leaf example would record the hidden write.)
-SEED_1502_HANDED_WRITE = [670]
+# value (segments._example) each matches eager under every prototype setting, with no fallback. 93's handed value
+# is written both through MarkDirty (in eager) and through a detached alias (in the segment after it): refused
+# under compile_function from 3970915 to 68f7410, which counted every write of the program where only the
+# segment's own writes reach its compile (graph_meta.only_hidden_writes).
+SEED_1502_HANDED_WRITE = [670, 93]
 
 
 @pytest.mark.parametrize("index", SEED_1502_HANDED_WRITE)
@@ -364,6 +365,32 @@ def test_a_hidden_write_of_a_handed_value_stays_hidden(entry: str) -> None:
     else:
         compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
     assert_matches_eager(fn, compiled, lambda: [torch.randn(3, 1, generator=torch.Generator().manual_seed(0),
+                                                            requires_grad=True).mul(1)])  # fmt: skip
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+
+def marks_dirty_then_writes_through_a_detached_alias(a: torch.Tensor) -> Any:  # fuzzer s1821_743, shrunk
+    t0 = a.cos()
+    t1 = MarkDirty.apply(t0)  # runs in eager between two compiled segments: a write autograd records
+    t2 = t0.detach()
+    t2.mul_(3.0)  # the later segment's only write of t0's storage, hidden from autograd as in eager
+    return t0, t1, t2
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_hidden_write_after_a_dirty_marking_call_stays_hidden(entry: str) -> None:
+    """The segment after the Function is handed ``t0`` requiring grad and writes it only through a detached alias:
+    it gets a leaf example, for which AOTAutograd hides the write as eager does. The program's other write of that
+    storage (the Function's ``mark_dirty``) runs in eager, in another segment, and no longer counts: the cut was
+    refused before ("mul_ writes detach hidden from autograd, handed over and requiring grad")."""
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    fn = marks_dirty_then_writes_through_a_detached_alias
+    if entry == "backend":
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
+    else:
+        compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
+    assert_matches_eager(fn, compiled, lambda: [torch.randn(3, generator=torch.Generator().manual_seed(0),
                                                             requires_grad=True).mul(1)])  # fmt: skip
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
