@@ -90,7 +90,8 @@ def may_be_written_at_break(meta: GraphMeta, view: fx.Node) -> bool:
     graph writes it itself after ``view`` was taken: then eager's view may refuse Dynamo's read without the
     instruction's help; a view taken after the write records the version it sees, and the replay keeps that
     order)."""
-    writes, root, since = meta.graph_breaks.break_writes, meta.root[view], taken_at(view, meta.order)
+    # A write before the chain's first view is no write after it: that view records the version it sees.
+    writes, root, since = meta.graph_breaks.break_writes, meta.root[view], taken_at(view, meta.order, with_base=False)
     if writes is None or any(
         meta.order[m] > since and meta.root.get(w) is root for m in meta.mutations for w in graph_ops.written_args(m)
     ):
@@ -200,10 +201,10 @@ def numel(n: fx.Node) -> int | None:
     return value.numel() if isinstance(value, torch.Tensor) else None
 
 
-def taken_at(n: fx.Node, order: dict[fx.Node, int]) -> int:
+def taken_at(n: fx.Node, order: dict[fx.Node, int], *, with_base: bool = True) -> int:
     """Where the value ``n`` reads was taken: the earliest of ``n`` and the views (and in-place view changes) it
     is derived from, down to the value they view (a view of ``t1 = t0[0]`` made after ``t0.copy_(a)`` still sees
-    ``t0``'s old value)."""
+    ``t0``'s old value); without that value where not ``with_base`` (the first view of the chain)."""
     taken = order[n]
     while True:
         if graph_ops.is_metadata_mutation(n):  # ``t3.unsqueeze_(2)`` is still the view ``t3``
@@ -212,7 +213,8 @@ def taken_at(n: fx.Node, order: dict[fx.Node, int]) -> int:
             n = n.args[0]
         else:
             return taken
-        taken = min(taken, order[n])
+        if with_base or graph_ops.is_metadata_mutation(n) or is_any_view(n):
+            taken = min(taken, order[n])
 
 
 def alias_roots(nodes: list[fx.Node], input_alias_groups: Sequence[int] | None) -> dict[fx.Node, fx.Node]:

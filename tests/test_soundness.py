@@ -644,6 +644,36 @@ def test_a_no_grad_view_crossing_a_graph_break_falls_back() -> None:
         torch.compile(no_grad_view_across_graph_break, backend=pv.backend("aot_eager", strict=True))(*inputs())
 
 
+def no_grad_views_of_a_base_written_before_they_are_taken(c: torch.Tensor, xs: torch.Tensor) -> Any:
+    c.t().sin_()  # written before the views: they record the version they see
+    t2, t3 = c.chunk(2, 0)
+    u1, u2 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.min(xs, 0, out=(u1, u2))  # a graph break that writes only u1 and u2
+    return t3, t2 * 2
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_no_grad_view_crossing_a_break_whose_base_was_written_before_it_keeps_eagers_view(mode: str) -> None:
+    """Fuzzer s1821_85: the graph's write of the base came before the views were taken, so Dynamo's read of their
+    grad_fn after the break finds the version they recorded; the check counted every write since the base was
+    made, and the graph fell back (graph_meta.may_be_written_at_break)."""
+
+    def run(fn: Any) -> Any:
+        c, xs = torch.randn(4, generator=torch.Generator().manual_seed(0), requires_grad=True).mul(1), torch.randn(3)
+        with getattr(torch, mode)():
+            return c, fn(c, xs)
+
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    fn = no_grad_views_of_a_base_written_before_they_are_taken
+    (c_eager, expected), (c, actual) = run(fn), run(torch.compile(fn, backend=pv.backend("aot_eager")))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    assert actual[0]._base is c and expected[0]._base is c_eager
+    for got, want in zip(actual, expected, strict=True):
+        assert (got.requires_grad, got._is_view(), got.grad_fn) == (want.requires_grad, want._is_view(), want.grad_fn)
+        torch.testing.assert_close(got, want)
+
+
 def split_of_an_input_then_its_metadata_write(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
     t1 = F.dropout(c, 0.5, False)  # fuzzer s41_47: Dynamo crashed in the call, eager and stock run
     _t3, t4 = t1.narrow(1, 1, 2).split_with_sizes([1, 1], 1)
