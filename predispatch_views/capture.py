@@ -274,14 +274,18 @@ def record_custom_function(
         positions = [i for i, a in enumerate(args) if any(a is o for o in returned)]
         return positions if len(positions) == len({id(o) for o in returned}) else None
 
+    # A checkpointed region runs its body through a higher-order op's dispatch, which no watch may see.
+    run, has_effects = ti.watching_effects(target, args_leaves) if what != "a checkpointed region" else (None, None)
+
     def node_meta(out: Any) -> dict[str, Any]:
         aliases, dirty = aliases_and_dirty(out)
         if not (aliases and may_run_eagerly) or (dirty and dirty_positions(out) is None):
-            return {graph_ops.OPAQUE_CALL: what}
+            effect_free = {graph_ops.EFFECT_FREE: True} if has_effects is not None and not has_effects() else {}
+            return {graph_ops.OPAQUE_CALL: what, **effect_free}
         written = {graph_ops.DIRTY_ARGS: dirty_positions(out)} if dirty else {}
         return {graph_ops.OPAQUE_CALL: what, graph_ops.RUN_EAGERLY: what, **written}
 
-    out = ti.record_opaque_call(target, args, kwargs, node_meta)
+    out = ti.record_opaque_call(target, args, kwargs, node_meta, run)
     aliases, dirty = aliases_and_dirty(out)
     if dirty and not (may_run_eagerly and dirty_positions(out)):
         raise UnsupportedCapture(

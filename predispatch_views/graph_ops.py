@@ -351,7 +351,6 @@ def is_sym(node: fx.Node) -> bool:
 # what it is ("a custom autograd.Function", "a checkpointed region"). Set by capture.record_custom_function.
 RUN_EAGERLY = "predispatch_views_run_eagerly"
 
-
 # Node meta of a recorded custom Function that marks inputs dirty (``ctx.mark_dirty``: written in place and
 # returned): the positions of those arguments. It runs in eager too; written_args names them.
 DIRTY_ARGS = "predispatch_views_dirty_args"
@@ -360,6 +359,7 @@ DIRTY_ARGS = "predispatch_views_dirty_args"
 # Node meta of every call capture.record_custom_function recorded as one opaque node (a custom autograd.Function,
 # a checkpointed region): what it is. Dynamo's own graphs call such a body through its higher-order op instead.
 OPAQUE_CALL = "predispatch_views_opaque_call"
+EFFECT_FREE = "predispatch_views_effect_free"  # its body draws no random number and writes no input (slicing.py)
 
 
 def is_opaque_call(node: fx.Node) -> bool:

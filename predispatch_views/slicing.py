@@ -37,7 +37,11 @@ eager's ops do. What must stay in one part, so that running the parts one after 
 - every op that draws random numbers or has another side effect, so their order is kept; a custom Function or a
   checkpointed region (Note [Custom autograd.Functions in the core] in capture.py) counts as one, since the
   partition does not read its body (fuzzer s1002_838: a Function kept the whole core one compiled function, whose
-  backward refuses a second call, where eager's two independent outputs take one backward each).
+  backward refuses a second call, where eager's two independent outputs take one backward each), unless the
+  capture watched its forward run and saw no random draw, no side effect and no write of its inputs' storages
+  (``EFFECT_FREE``; fuzzer s1822_704: ``ScaledClone.apply(c)`` in one part with ``d.mul(-0.5).bernoulli_()``
+  freed that part's saved values at a backward through the Function's output, and a second backward through
+  the other output raised where eager's runs).
 Grad mode changes are copied into every part, so each op runs under the grad mode it had; a core ends in the
 grad mode it began in (Dynamo's and make_fx's graphs do), so each part does, and one that does not stays whole.
 A core with any other kind of node (another higher-order op, autocast, a symbolic size input) stays whole too.
@@ -265,8 +269,8 @@ def _kind(n: fx.Node) -> str:
         return "op"
     if graph_ops.is_grad_mode_change(n):
         return "grad_mode"
-    if graph_ops.is_opaque_call(n):
-        return "ordered"  # Note [Independent parts of the core]: a body the partition does not read keeps its order
+    if graph_ops.is_opaque_call(n):  # Note [Independent parts of the core]: a body with effects keeps its order
+        return "op" if n.meta.get(graph_ops.EFFECT_FREE) else "ordered"
     if not graph_ops.is_aten_call(n):
         return "unknown"
     return "ordered" if graph_ops.has_ordered_effect(n) else "op"

@@ -48,6 +48,24 @@ def clone_beside_a_custom_function(a: torch.Tensor, c: torch.Tensor) -> Any:  # 
     return a.clone(), ScaledClone.apply(c.mul(-0.5))[:, :, 1:2]
 
 
+def draw_beside_a_custom_function(c: torch.Tensor, d: torch.Tensor) -> Any:  # fuzzer s1822_704, shrunk
+    t0 = d.mul(-0.5)
+    t0.bernoulli_(0.5)
+    return t0, *ScaledClone.apply(c).unbind(0)  # views: the backend's graph is the prototype's, not stock's
+
+
+class NoisyScale(torch.autograd.Function):
+    """Its forward draws random numbers: its order among the program's draws is eager's."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rand_like(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g
+
+
 def _leaf(*shape: int) -> torch.Tensor:
     return torch.arange(float(torch.Size(shape).numel())).reshape(shape).div(7).requires_grad_(True)
 
@@ -68,6 +86,13 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], tuple[list[torch.Tens
     "clone_beside_a_custom_function": (
         clone_beside_a_custom_function,
         lambda: ([a := _leaf(3, 3), (c := _leaf(4, 1, 2)).mul(1)], [a, c]),
+    ),
+    # The capture watched ScaledClone's forward run: no draw, no write of an input, so the Function need not keep
+    # its order against the bernoulli_; in one part with it, a backward through t0 freed that part's saved values
+    # and the second backward, through the Function's output, raised where eager's runs.
+    "draw_beside_a_custom_function": (
+        draw_beside_a_custom_function,
+        lambda: ([(c := _leaf(2)).mul(1), (d := _leaf(2, 2)).mul(1)], [c, d]),
     ),
     "unrelated_input_write": (
         unrelated_input_write,
@@ -134,6 +159,33 @@ def test_random_ops_keep_their_order_in_one_part() -> None:
     torch.manual_seed(0)
     actual = pv.compile_function(draws, inner="aot_eager")(*make())
     assert_same([o.detach() for o in actual], [o.detach() for o in expected])
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_custom_function_that_draws_keeps_its_place_among_the_draws(entry: str) -> None:
+    """Note [Independent parts of the core]: the capture watched NoisyScale's forward draw random numbers, so the
+    Function stays ordered, in the part of the draws around it, and draws between them as in eager. Taken for
+    effect-free, it would be a part of its own, run after the other part's two draws: other values."""
+
+    def program(c: torch.Tensor, d: torch.Tensor) -> Any:
+        t0 = d.mul(-0.5)
+        t0.bernoulli_(0.5)
+        t1 = NoisyScale.apply(c)
+        return t0 + torch.rand_like(t0), *t1.unbind(0)
+
+    make = lambda: [_leaf(2).mul(1), _leaf(2, 2).mul(1)]  # noqa: E731
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    if entry == "backend":
+        compiled = torch.compile(program, backend=pv.backend("aot_eager", strict=True))
+    else:
+        compiled = pv.compile_function(program, inner="aot_eager", strict=True)
+    torch.manual_seed(0)
+    expected = program(*make())
+    torch.manual_seed(0)
+    actual = compiled(*make())
+    assert_same([o.detach() for o in actual], [o.detach() for o in expected])
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
 
 def test_a_written_input_keeps_its_later_readers_and_its_aliases_later_readers_in_its_part() -> None:

@@ -40,7 +40,7 @@ __all__ = [
     "lazy_graph_module", "lookup_backend", "make_fx", "multi_output_view_optimization_disabled", "overload_packet",
     "record_opaque_call", "schema_of", "slice_output_regeneration", "starts_after_graph_break", "stock_aot_function",
     "storage_id", "storage_ref", "to_fun", "torch_function_disabled", "trace_pre_dispatch", "tree_flatten",
-    "tree_leaves", "tree_map_only", "tree_unflatten", "two_tensor_class",
+    "tree_leaves", "tree_map_only", "tree_unflatten", "two_tensor_class", "watching_effects",
 ]  # fmt: skip
 
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
@@ -100,6 +100,7 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._C._set_grad_enabled": _BOTH,
     "torch.fx.experimental.proxy_tensor: get_proxy_mode, track_tensor_tree, disable_proxy_modes_tracing; "
     "torch._C.DisableTorchFunction (record_opaque_call, torch_function_disabled, tracing.under_a_trace)": _BOTH,
+    "torch.utils._python_dispatch.TorchDispatchMode, torch.fx.node._side_effectful_functions (watching_effects)": _BOTH,
     "torch.ops.higher_order.autograd_function_apply": _BOTH,
     "torch.ops.higher_order.tag_activation_checkpoint (recorded as one node)": _BOTH,
     "node.meta['recompute'] = CheckpointPolicy.MUST_RECOMPUTE / MUST_SAVE honoured by the min-cut partitioner "
@@ -135,34 +136,6 @@ def eval_dropout_is_traced_as_its_input() -> bool:
 
     probe = torch.empty(0)
     return decompositions.dropout(probe, 0.5, False) is probe
-
-
-def record_opaque_call(
-    target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], node_meta: Callable[[Any], dict[str, Any]] | None = None
-) -> Any:
-    """Inside a make_fx trace, record ``target(*args, **kwargs)`` as one node instead of tracing through it, as
-    torch's own higher-order ops do under proxy tracing (``trace_cond``); graph-module arguments become submodules
-    of the traced graph. The result is computed on the fake inputs with tracing off."""
-    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode, track_tensor_tree
-
-    mode = get_proxy_mode()
-    if mode is None:
-        return target(*args, **kwargs)
-    tracer = mode.tracer
-    for arg in args:
-        if isinstance(arg, torch.fx.GraphModule) and all(m is not arg for m in tracer.root.children()):
-            index = sum(1 for _ in tracer.root.children())
-            while hasattr(tracer.root, f"opaque_body_{index}"):
-                index += 1
-            tracer.root.register_module(f"opaque_body_{index}", arg)
-    # Grad-mode changes inside the call must not be recorded either (the pre-dispatch mode is a torch function mode).
-    with disable_proxy_modes_tracing(), torch._C.DisableTorchFunction():
-        out = target(*args, **kwargs)
-    proxy_args = pytree.tree_map(tracer.unwrap_proxy, args)
-    proxy = tracer.create_proxy("call_function", target, proxy_args, kwargs)
-    if node_meta is not None:  # facts about the call found on its result (``node_meta(out)``)
-        proxy.node.meta.update(node_meta(out))
-    return track_tensor_tree(out, proxy, constant=None, tracer=tracer)
 
 
 def is_inplace_view_op_name(name: str) -> bool:
@@ -389,6 +362,7 @@ def two_tensor_class() -> type:
 from .dynamo_break import compiled_code_name, graph_break_writes  # noqa: E402, F401
 from .dynamo_inputs import fakified_with_static_sizes, restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import dropout_drops, inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
+from .opaque_calls import record_opaque_call, watching_effects  # noqa: E402
 from .pre_dispatch_trace import trace_pre_dispatch  # noqa: E402
 from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401
 from .saved_for_backward import backward_reads, eager_node_name, eager_saved_inputs, mark_must_recompute  # noqa: E402, F401
