@@ -262,7 +262,8 @@ def _requires_grad(
         if graph_ops.is_grad_mode_change(n):
             grad = bool(n.args[0])
         elif n.op == "call_function" and grad and any(i in out for i in n.all_input_nodes):
-            out.add(n)
+            if graph_ops.schema_name(n) != "detach":  # s1822_82: a Function's output of ``c.detach()`` requires none
+                out.add(n)
             if (target := graph_ops.mutated_input(n)) is not None:
                 out.add(target)
         elif n.op == "call_function" and graph_ops.mutated_input(n) in out:

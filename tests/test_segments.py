@@ -395,6 +395,26 @@ def test_a_hidden_write_after_a_dirty_marking_call_stays_hidden(entry: str) -> N
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
 
+def returns_a_detached_input_then_writes_out(c: torch.Tensor) -> Any:  # fuzzer s1822_82, shrunk
+    t5 = c.detach().narrow(0, 0, 2)
+    t6 = ReturnsInput.apply(t5)  # runs in eager: t5 requires no grad, so neither does t6
+    u2, u3 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.min(t6, 0, out=(u2, u3))  # eager raises where an argument requires grad
+    return t5, t6, u2
+
+
+def test_a_functions_output_of_a_detached_value_requires_no_grad_in_the_segment_after_it() -> None:
+    """The record counted ``c.detach()`` as requiring grad (c does), so the segment after the Function was compiled
+    for an input requiring grad and its ``out=`` call raised; the function ran eagerly."""
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    fn = returns_a_detached_input_then_writes_out
+    compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
+    assert_matches_eager(fn, compiled, lambda: [torch.randn(3, generator=torch.Generator().manual_seed(0),
+                                                            requires_grad=True)])  # fmt: skip
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+
 def transposes_then_writes_a_row(a: torch.Tensor) -> Any:  # test_aotdispatch's test_input_data_and_metadata_mutation
     a.t_()
     a[0].mul_(2)
@@ -529,7 +549,10 @@ def test_segment_inputs_that_alias_each_other_alias_in_their_examples() -> None:
     def make_inputs() -> list[Any]:
         g = torch.Generator().manual_seed(0)
         a = torch.randn(2, generator=g)
-        return [a, [torch.randn(1, 2, generator=g).requires_grad_() for _ in range(2)] + [torch.randn(1, 2, generator=g)]]
+        return [
+            a,
+            [torch.randn(1, 2, generator=g).requires_grad_() for _ in range(2)] + [torch.randn(1, 2, generator=g)],
+        ]
 
     fn = writes_through_two_handed_aliases
     compiled = predispatch_views.compile_function(fn, inner="aot_eager")
