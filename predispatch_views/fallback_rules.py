@@ -27,8 +27,8 @@ a view of ``v`` inherits both). An op run on ``v`` with grad mode on therefore r
 grad and sends no gradient anywhere; an op that returns its input under no_grad (``dropout`` with p=0,
 ``contiguous`` of a contiguous tensor: Note [Ops that return their input]) is ``x`` itself, so gradients even
 flow through it. The compiled core computes the no_grad region below autograd: its results neither require
-grad nor carry one. So a core op with grad mode on that reads such a value falls back when eager's answer
-differs from the core's (the result would not require grad, or gradients would flow through an identity).
+grad nor carry one. Where eager's answer differs (the result would not require grad, or gradients would flow
+through an identity), the program is cut after the value: the next segment gets eager's own (fuzzer s1822_45).
 A graph that ends at a graph break and returns a NO_GRAD_MODE view falls back too: when the code Dynamo runs
 between the graphs writes the view's base in place (``a.unsqueeze_(2)`` is such a break), eager forbids reading
 the view's ``grad_fn``, and Dynamo reads ``is_leaf`` when it wraps the view as an input of the next graph
@@ -325,6 +325,7 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
                 "requires grad: eager's result takes requires_grad (from an op that returns its input, gradients "
                 "too) from that tensor, the compiled region's would not (Note [A view taken under no_grad keeps "
                 "its base's requires_grad])",
+                cut_after=read[0],  # Note [Segments]
             )
     for k, n in enumerate(meta.outputs):
         if n not in no_grad_views and not (n in identities and _may_be_a_new_view(n)):
@@ -367,8 +368,7 @@ def _may_be_a_new_view(n: fx.Node) -> bool:
 
 
 def _like_factory(n: fx.Node) -> bool:
-    """``empty_like``, ``zeros_like``, ``rand_like``...: it reads its argument's sizes, strides, dtype and device,
-    no element of it."""
+    """``empty_like``, ``zeros_like``, ``rand_like``...: it reads its argument's layout, no element of it."""
     return (graph_ops.schema_name(n) or "").endswith("_like") and isinstance(n.meta.get("val"), torch.Tensor)
 
 

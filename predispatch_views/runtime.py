@@ -180,7 +180,9 @@ def build_runtime(sliced: SlicedProgram, compiled_parts: Sequence[Callable[..., 
 # AOTAutograd's autograd.Function reads every input's grad_fn around its forward, which holds the write, so the
 # graph raises where eager does not (stock too, given the same inputs: stock's own outputs are not views, so
 # stock never hands them over; the prototype's are, and a graph break hands them to the next graph -- found by
-# the fuzzer, s21_14). Such a call runs the graph uncompiled: eager's ops in eager's order.
+# the fuzzer, s21_14). Such a call runs the graph uncompiled: eager's ops in eager's order. A call with grad mode
+# off runs compiled: AOTAutograd compiled the graph for it without an autograd.Function (Dynamo guards on grad
+# mode), and a write under no_grad is no rebase (fuzzer s1822_120, called under no_grad).
 
 
 def uncompiled_when_a_restricted_view_is_written(
@@ -200,7 +202,7 @@ def uncompiled_when_a_restricted_view_is_written(
         return compiled
 
     def run(*args: Any) -> Any:  # Dynamo calls a backend's result with positional inputs
-        k = restricted_view_aliasing(args, written, candidates)
+        k = restricted_view_aliasing(args, written, candidates) if torch.is_grad_enabled() else None
         if k is None:
             return compiled(*args)
         on_use(k)

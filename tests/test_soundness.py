@@ -547,23 +547,27 @@ def _view_of_nonleaf() -> list[torch.Tensor]:
 def test_a_view_taken_under_no_grad_keeps_its_bases_requires_grad(
     entry: str, fn: Callable[..., Any], make_inputs: Callable[[], list[torch.Tensor]]
 ) -> None:
+    """The read with grad runs in a segment handed eager's own view (or, through the dropout, the input itself,
+    whose gradients then flow through it): eager's requires_grad, grad_fn and gradients, no fallback. Both fell
+    back to stock before, which loses requires_grad (Note [A view taken under no_grad keeps its base's
+    requires_grad])."""
+    torch._dynamo.reset()
     pv.FALLBACKS.clear()
-    compiled = torch.compile(fn, backend=pv.backend("aot_eager")) if entry == "backend" else pv.compile_function(fn)
-    actual = compiled(*make_inputs())
-    reasons = [r for _, r in pv.FALLBACKS]
-    assert any("taken under no_grad from a tensor that requires grad" in r for r in reasons), reasons
-    if entry == "backend":  # stock's answer (stock loses requires_grad too: the fallback is no worse)
-        torch._dynamo.reset()
-        expected = torch.compile(fn, backend="aot_eager")(*make_inputs())
-    else:  # compile_function runs the function eagerly: eager's answer
-        expected = fn(*make_inputs())
-    assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected]
-    assert [type(o.grad_fn).__name__ for o in actual] == [type(o.grad_fn).__name__ for o in expected]
-    if fn is no_grad_identity_read_with_grad and entry == "compile_function":  # gradients flow through it
-        leaves = [_rg(2, 3)()[0] for _ in range(2)]
-        for f, leaf in zip((compiled, fn), leaves, strict=True):
-            sum(o.sum() for o in f(leaf.mul(1))).backward()
-        torch.testing.assert_close(leaves[0].grad, leaves[1].grad)
+    strict = pv.backend("aot_eager", strict=True)
+    compiled = torch.compile(fn, backend=strict) if entry == "backend" else pv.compile_function(fn, strict=True)
+    assert_matches_eager(fn, compiled, make_inputs)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+    def leaf_grad(f: Callable[..., Any]) -> torch.Tensor | None:  # the inputs above are no leaves
+        view = fn is no_grad_view_read_with_grad
+        leaf = _rg(5, 1, 4)()[0] if view else _rg(2, 3)()[0]
+        sum(o.sum() for o in f(leaf.mul(1)[1:] if view else leaf.mul(1))).backward()
+        return leaf.grad
+
+    got, want = leaf_grad(compiled), leaf_grad(fn)
+    assert (got is None, want is None) == (want is None, fn is no_grad_view_read_with_grad)
+    if want is not None:
+        torch.testing.assert_close(got, want)
 
 
 def factories_like_a_no_grad_view(a: torch.Tensor) -> Any:  # fuzzer s1817_2120, shrunk
@@ -672,6 +676,60 @@ def test_a_no_grad_view_crossing_a_break_whose_base_was_written_before_it_keeps_
     for got, want in zip(actual, expected, strict=True):
         assert (got.requires_grad, got._is_view(), got.grad_fn) == (want.requires_grad, want._is_view(), want.grad_fn)
         torch.testing.assert_close(got, want)
+
+
+def reads_a_no_grad_expand_with_grad(a: torch.Tensor) -> Any:  # fuzzer s1822_45, shrunk
+    with torch.no_grad():
+        t0 = a.expand(2, 4, 1, 1)  # requires grad (its base does), no grad_fn
+    t2 = t0.tanh()  # eager's result requires grad: TanhBackward0 into t0's own accumulator
+    _, _, t6, _ = t2.unbind(1)
+    return t6, t2.reshape(t2.shape)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_an_op_reading_a_no_grad_view_with_grad_runs_in_a_segment_handed_eagers_view(entry: str) -> None:
+    """Note [A view taken under no_grad keeps its base's requires_grad]: the compiled region computes the no_grad
+    view below autograd, so its ``tanh`` would require no grad. The program is cut after the view: the segment
+    after it is compiled for an input requiring grad and handed eager's own view; the unbind is replayed. This fell
+    back (stock returns no view of the unbind there)."""
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    fn = reads_a_no_grad_expand_with_grad
+    if entry == "backend":
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
+    else:
+        compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
+    assert_matches_eager(fn, compiled, _rg(4, 1, 1))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+
+def unbind_output_written_after_a_break(a: torch.Tensor) -> Any:  # fuzzer s1822_120, shrunk
+    _, t3 = a.reshape(a.shape).unbind(1)  # under no_grad: restricted views that require grad (a does)
+    u5, u6 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.min(a.detach(), 1, out=(u5, u6))  # a graph break
+    with torch.no_grad():
+        t3.mul_(2.0)
+    return (t3,)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_restricted_view_written_after_a_break_runs_compiled_under_no_grad(mode: str) -> None:
+    """Note [A restricted view aliased by a write] in runtime.py: with grad mode off at the call, AOTAutograd
+    compiled the graph after the break without an autograd.Function, so no input's grad_fn is read and the graph
+    runs compiled, with eager's values (fuzzer s1822_120 ran it uncompiled, a fallback)."""
+    fn = unbind_output_written_after_a_break
+
+    def run(f: Callable[..., Any]) -> Any:
+        a = _rg(2, 2)()[0]
+        with getattr(torch, mode)():
+            out = f(a)
+        return [(o.detach().clone(), o.requires_grad, o._is_view()) for o in out], a.detach().clone()
+
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    actual = run(torch.compile(fn, backend=pv.backend("aot_eager", strict=True)))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    assert_same(actual, run(fn))
 
 
 def split_of_an_input_then_its_metadata_write(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
