@@ -92,9 +92,9 @@ class FallbackKind(enum.Enum):
         "`<node> (<op>) reads <view>, taken under no_grad from a tensor that requires grad: eager's result takes "
         "requires_grad (from an op that returns its input, gradients too) from that tensor, the compiled region's "
         "would not`",
-        "eager's view inherits requires_grad from its base (and an op that returns its input under no_grad is the "
-        "input itself); the compiled region computes the no_grad region below autograd. Note [A view taken under "
-        "no_grad keeps its base's requires_grad] in analysis.py.",
+        "eager's view inherits requires_grad from its base; the compiled region computes it below autograd. The "
+        "program is cut after the view (the next segment gets eager's own); it falls back only where the cut is "
+        "refused (Note [Segments]). Note [A view taken under no_grad keeps its base's requires_grad].",
         "fallback_rules.py",
         "from that tensor, the compiled region's",
     )
