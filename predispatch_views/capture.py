@@ -70,10 +70,12 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
     Dynamo traced the forwards of the Functions the capture keeps as nodes too (Note [Custom autograd.Functions in
     the core]): those whose lines the nodes' forward graphs record are not counted. Asked after the capture, where
     a kept Function that returns an input has fallen back with its own reason."""
-    if ti.ends_at_graph_break(gm) and _written_at_break(gm, rewritten_view_outputs(gm)):
+    grad_off = not torch.is_grad_enabled()  # with grad on, Dynamo inlines only where nothing requires grad
+    if grad_off and ti.ends_at_graph_break(gm) and _written_at_break(gm, rewritten_view_outputs(gm)):
         # Dynamo wraps the view for the graph after the break and reads its autograd state, which raises for an
         # inference-mode view whose base was written after it was taken (fuzzer s1602_1270; design/06, the Dynamo
         # change): by the graph, or by the instruction the graph breaks at (Note [What runs between two graphs]).
+        # A view whose base requires no grad never raises there (``grad_fn`` returns first: s1822_78).
         return Fallback(
             FallbackKind.INLINED_AUTOGRAD_FUNCTION,
             "Dynamo inlined the forward of autograd.Function (no input requires grad), and the view of the input it "

@@ -924,8 +924,9 @@ def test_an_autograd_function_dynamo_inlined_returns_eagers_view_of_its_input() 
     """Note [An inlined Function returns its input as eager does]: eager's apply returns ``t1.view_as(t1)``; the
     inlined forward returned ``t1`` itself, so this fell back (stock's answer). The backend's trace now holds the
     view, replayed: eager's outputs, views and identities, with no fallback. Stock, in the same process, still
-    returns ``t1`` itself (the rewrite is this backend's only). Where the view crosses a graph break (s52_376's
-    ``a.t_()``) it falls back: Dynamo reads its autograd state while wrapping it (fuzzer s1602_1270)."""
+    returns ``t1`` itself (the rewrite is this backend's only). The view crossing a graph break (s52_376's
+    ``a.t_()``) keeps it too: Dynamo reads its autograd state while wrapping it, which raises only where its base
+    requires grad (fuzzer s1602_1270, under inference_mode); with grad on, nothing Dynamo inlines does (s1822_78)."""
 
     def inputs() -> list[torch.Tensor]:
         generator = torch.Generator().manual_seed(0)
@@ -938,11 +939,8 @@ def test_an_autograd_function_dynamo_inlined_returns_eagers_view_of_its_input() 
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
     torch._dynamo.reset()
     crossing = returns_input_without_grad_then_breaks
-    actual = torch.compile(crossing, backend=pv.backend("aot_eager"))(*inputs())
-    assert any("crosses a graph break" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
-    torch._dynamo.reset()
-    stock = torch.compile(crossing, backend="aot_eager")(*inputs())
-    assert actual[0]._is_view() == stock[0]._is_view()
+    assert_matches_eager(crossing, torch.compile(crossing, backend=pv.backend("aot_eager", strict=True)), inputs)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
     def identity_twice(x: torch.Tensor) -> Any:
         y = ReturnsInput.apply(x.expand(2, 3))
@@ -1053,6 +1051,31 @@ def test_an_inlined_function_returning_a_dropouts_input_reads_that_inputs_requir
     assert shown[0] == shown[1]
     assert got.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
     torch.testing.assert_close(got, want)
+
+
+def inlined_identity_written_then_a_break(c: torch.Tensor, xs: torch.Tensor) -> Any:  # fuzzer s1822_78, shrunk
+    t0 = ReturnsInput.apply(c)  # nothing requires grad: Dynamo inlines it, the rewrite returns eager's view
+    c.sin_()  # the view's base written after the view was taken
+    u0, u1 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.max(xs, 0, out=(u0, u1))  # a graph break: Dynamo wraps t0 for the next graph
+    return t0 * 2, t0
+
+
+def test_an_inlined_functions_view_of_a_base_requiring_no_grad_crosses_a_break() -> None:
+    """Note [An inlined Function returns its input as eager does]: with grad mode on, Dynamo inlines only where no
+    input requires grad, so the view's base requires none and reading its grad_fn after the write returns before
+    any check; the graph fell back (``INLINED_AUTOGRAD_FUNCTION``), as it must where grad mode is off."""
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    fn = inlined_identity_written_then_a_break
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
+
+    def inputs() -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(0)
+        return [torch.randn(1, 2, 2, generator=g), torch.randn(2, 1, generator=g)]
+
+    assert_matches_eager(fn, compiled, inputs)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
 
 def returns_input_kept_and_inlined(x: torch.Tensor, w: torch.Tensor, kept_first: bool) -> Any:

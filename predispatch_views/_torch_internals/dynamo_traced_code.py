@@ -65,18 +65,18 @@ def inlined_autograd_functions() -> list[type]:
 # ``x.view_as(x)`` taken under no_grad where it does not require grad, and as ``x.detach()`` where it does (grad
 # mode off); a forward cannot mark it dirty there (Dynamo breaks the graph on ``mark_dirty`` when inlining). For
 # graphs compiled by this backend the inlined call's result is rewritten so, in Dynamo's own graph: the view is an
-# op the epilogue replays, and the views and identities the caller sees are eager's. Other backends trace as
-# before. A result the rewrite does not cover (another container, an output requiring grad that is no input)
-# leaves the Function in ``inlined_autograd_functions``, whose rule falls back as before; so does a rewritten view
-# that crosses a graph break (Dynamo reads its autograd state while wrapping it for the next graph: fuzzer
-# s1602_1270, under inference_mode, where that state raises). Whether the returned input requires grad is read
-# off Dynamo's fake value, except through a dropout that returns its input (eval or p=0): its fake kernel
-# allocates a tensor that never requires grad under no_grad, while eager's result is the input itself, which may
-# (fuzzer s1821_612); there the dropout's own input decides. Eager also marks the
-# view IN_CUSTOM_FUNCTION where the replay's is NO_GRAD_MODE: an in-place write to it with grad raises in both,
-# with another message (Dynamo's trace cannot call ``_set_creation_meta``). A graph that falls back goes to stock
-# as Dynamo traced it for stock (``without_inlined_function_views``): stock never saw these views, and AOTAutograd
-# returned a wrong value on one such graph under dynamic shapes (fuzzer s1601_1125).
+# op the epilogue replays, and the views and identities the caller sees are eager's. Other backends trace as before.
+# A result the rewrite does not cover (another container, an output requiring grad that is no input) leaves the
+# Function in ``inlined_autograd_functions``, whose rule falls back as before; so does a rewritten view that crosses
+# a graph break with grad mode off (Dynamo reads its autograd state while wrapping it for the next graph: fuzzer
+# s1602_1270, under inference_mode, where that state raises). Whether the returned input requires grad is read off
+# Dynamo's fake value, except through a dropout that returns its input (eval or p=0): its fake kernel allocates a
+# tensor that never requires grad under no_grad, while eager's result is the input itself, which may (fuzzer
+# s1821_612); there the dropout's own input decides. Eager also marks the view IN_CUSTOM_FUNCTION where the replay's
+# is NO_GRAD_MODE: an in-place write to it with grad raises in both, with another message (Dynamo's trace cannot
+# call ``_set_creation_meta``). A graph that falls back goes to stock as Dynamo traced it for stock
+# (``without_inlined_function_views``): stock never saw these views, and AOTAutograd returned a wrong value on one
+# such graph under dynamic shapes (fuzzer s1601_1125).
 # Per TracingContext (one compile): the Functions whose inlined calls were rewritten, and those with a call that
 # was not.
 _REWRITTEN: weakref.WeakKeyDictionary[Any, set[type]] = weakref.WeakKeyDictionary()
