@@ -814,10 +814,17 @@ def no_grad_view_taken_after_a_write_across_a_break(a: torch.Tensor, b: torch.Te
     return t1, u
 
 
+def split_of_an_input_across_a_reading_method(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s1822_144
+    _, t2 = a.view(9, 1).split(5, 0)
+    t3 = t2.as_strided(t2.size(), t2.stride(), t2.storage_offset())  # a graph break at storage_offset()
+    return t2, t3 * b.sum()
+
+
 @pytest.mark.parametrize(
     "fn",
     [
         split_of_an_input_across_an_out_call,
+        split_of_an_input_across_a_reading_method,
         no_grad_view_across_a_jump,
         no_grad_view_across_an_explicit_break,
         no_grad_view_across_another_inputs_metadata_write,
@@ -882,7 +889,12 @@ def test_what_a_graph_break_instruction_writes() -> None:
 
     def another_method(a: torch.Tensor, b: torch.Tensor) -> Any:
         y = a * 2
-        b.tolist()  # a method call that is no in-place view op: unknown
+        b.tolist()  # a method call that is no aten op: unknown
+        return y
+
+    def a_reading_method(a: torch.Tensor, b: torch.Tensor) -> Any:
+        y = a * 2
+        b.as_strided(b.size(), b.stride(), b.storage_offset())  # Dynamo breaks at storage_offset(): no write
         return y
 
     cases = [
@@ -894,6 +906,7 @@ def test_what_a_graph_break_instruction_writes() -> None:
         (a_method_on_an_unread_input, frozenset()),
         (set_of_an_input, None),
         (another_method, None),
+        (a_reading_method, frozenset()),
     ]
     for fn, writes in cases:
         torch._dynamo.reset()

@@ -4,14 +4,15 @@ other): Note [What runs between two graphs].
 Note [What runs between two graphs]
 At a graph break in the frame Dynamo compiles (not inside a function it inlined), Dynamo compiles the graph so far,
 runs the one instruction it could not trace in eager, and calls a resume function for the rest, whose trace wraps
-the graph's outputs again (reading ``grad_fn`` and ``is_leaf``). Eager's view of a base written in place in
-between refuses that read; so the instruction decides whether a replayed view crossing the break is safe. While
-the backend compiles the graph, Dynamo's translator still holds that instruction and, on its stack, what it
-takes: a jump on a tensor's truth value writes nothing, nor does ``print`` of tensors and constants or
-``torch._dynamo.graph_break()``, and a torch function called with ``out=`` (Dynamo breaks at an ``out=`` it
-cannot trace) writes only its out tensors; an in-place view op on a frame's input (``b.unsqueeze_(0)``: Dynamo
-breaks at it) bumps only the version its receiver's storage shares. Anything else may write whatever it reaches:
-unknown. A write the graph itself makes counts only after the view was taken (graph_meta.may_be_written_at_break).
+the graph's outputs again (reading ``grad_fn`` and ``is_leaf``). Eager's view of a base written in place in between
+refuses that read; so the instruction decides whether a replayed view crossing the break is safe. While the backend
+compiles the graph, Dynamo's translator still holds that instruction and, on its stack, what it takes: a jump on a
+tensor's truth value writes nothing, nor does ``print`` of tensors and constants, ``torch._dynamo.graph_break()`` or
+a tensor method that is an aten op with no mutable overload, and a torch function called with ``out=`` (Dynamo
+breaks at an ``out=`` it cannot trace) writes only its out tensors; an in-place view op on a frame's input
+(``b.unsqueeze_(0)``: Dynamo breaks at it) bumps only the version its receiver's storage shares. Anything else may
+write whatever it reaches: unknown. A write the graph itself makes counts only after the view was taken
+(graph_meta.may_be_written_at_break).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def graph_break_writes(gm: Any) -> Written | None:
 def _writes(gm: Any) -> Written | None:
     from torch._dynamo.symbolic_convert import InstructionTranslator
     from torch._dynamo.variables import BuiltinVariable, ConstantVariable, SkipFunctionVariable, TensorVariable
-    from torch._dynamo.variables.misc import DelayGraphBreakVariable, NullVariable
+    from torch._dynamo.variables.misc import DelayGraphBreakVariable, GetAttrVariable, NullVariable
     from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
 
     reason = getattr(gm, "compile_subgraph_reason", None)
@@ -56,6 +57,8 @@ def _writes(gm: Any) -> Written | None:
     fn, args = stack[-n - 1], stack[len(stack) - n :]
     if isinstance(fn, DelayGraphBreakVariable):
         return _inplace_view_of_an_input(gm, tx, fn)
+    if isinstance(fn, GetAttrVariable) and type(_unwrapped(fn.obj)) is TensorVariable and _reads_only(fn.name):
+        return frozenset()  # ``t2.storage_offset()``, ``t.as_strided(...)`` on a plain tensor (fuzzer s1822_144)
     names = tx.kw_names.as_python_constant() if tx.kw_names is not None else ()
     kwargs = dict(zip(names, args[n - len(names) :]))
     if isinstance(fn, SkipFunctionVariable) and fn.value is torch._dynamo.graph_break:
@@ -98,6 +101,15 @@ def _inplace_view_of_an_input(gm: Any, tx: Any, fn: Any) -> Written | None:
         if example.untyped_storage()._cdata == storage:
             found.add(("input", i))
     return frozenset(found)
+
+
+def _reads_only(method: str) -> bool:
+    """A tensor method that is an aten op with no mutable overload, other than ``backward`` (which runs hooks and
+    accumulates gradients): it writes no tensor."""
+    packet = getattr(torch.ops.aten, method, None)
+    overloads = packet.overloads() if packet is not None and hasattr(packet, "overloads") else []
+    mutable = any(getattr(packet, o)._schema.is_mutable for o in overloads)
+    return bool(overloads) and not mutable and method != "backward" and not method.endswith("_")
 
 
 def _is_inplace_view(name: str) -> bool:
