@@ -29,10 +29,10 @@ A cut is refused (the program falls back as before) where the second half would 
   reads some value of its storage (where it reads none, the earlier segment's nodes of that storage are tagged
   for recomputation instead: Note [Bases the compiled backward must not save] in output_rules.py; where only the
   value's producer saves it, as ``sigmoid`` does, too, and that segment's watch raises eager's error: Note [Eager's
-  version error]; segment_savers.py), or where a
-  restricted view of it crosses too and a value of its storage requires grad (its lazy error would be read early:
-  Note [A restricted view aliased by a write] in runtime.py; with none, its ``grad_fn`` is None and raises
-  nothing). Otherwise the second half is a graph whose inputs alias each other and that writes one of them, as a
+  version error]; segment_savers.py), or where a restricted view of it crosses too, a value of its storage requires
+  grad and grad mode is on (its lazy error would be read early: Note [A restricted view aliased by a write] in
+  runtime.py; with none, its ``grad_fn`` is None and raises nothing; with grad off, no compiled segment reads it:
+  s1822_379). Otherwise the second half is a graph whose inputs alias each other and that writes one of them, as a
   graph after a graph break is (Note [Inputs that alias each other] in analysis.py);
 - the program's outputs are not a flat tuple.
 A crossing value that requires grad reaches the second half's compile as a non-leaf example (``_example``), so
@@ -289,7 +289,7 @@ def _refused(
     for n in members:
         for w in [w for w in graph_ops.written_args(n) if meta.root.get(w, w) in handed_roots]:
             root = meta.root.get(w, w)
-            if root in restricted_roots and root in grad_roots:
+            if meta.grad_enabled and root in restricted_roots and root in grad_roots:  # grad off: nothing reads it
                 return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
             call = root.args[0] if root.target is operator.getitem else root  # s1811_1240: Dynamo's tuple's getitem
             functions_view = graph_ops.runs_eagerly(call) and not graph_ops.written_args(call)

@@ -17,7 +17,7 @@ import predispatch_views as pv
 from predispatch_views import pipeline
 from predispatch_views.compare.fuzz_program import MarkDirty, ReturnsInput, ScaledClone
 from predispatch_views.fallbacks import FallbackKind
-from tests.parity_utils import assert_matches_eager, view_nodes
+from tests.parity_utils import assert_matches_eager, assert_same, view_nodes
 
 
 class ReturnsItsInput(torch.autograd.Function):
@@ -413,6 +413,34 @@ def test_a_functions_output_of_a_detached_value_requires_no_grad_in_the_segment_
     assert_matches_eager(fn, compiled, lambda: [torch.randn(3, generator=torch.Generator().manual_seed(0),
                                                             requires_grad=True)])  # fmt: skip
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+
+def unbinds_then_writes_a_row_after_a_metadata_write(a: torch.Tensor, b: torch.Tensor) -> Any:  # s1822_379
+    _, t2, t3, t4 = a.unbind(1)
+    b.unsqueeze_(2)  # an input's own metadata write: runs in eager between two compiled segments
+    t4.mul_(2.0)  # the later segment writes the base of the restricted views the earlier one handed over
+    return t2, t3
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_write_of_a_handed_restricted_views_base_with_grad_off_is_cut(mode: str) -> None:
+    """Note [Segments]: the refusal guards the lazy error AOTAutograd's autograd.Function would read early from
+    the handed views' grad_fn; with grad mode off at the call no compiled segment has one (the function ran
+    eagerly: "mul_ writes getitem_3, whose base an earlier segment handed over as a restricted view")."""
+
+    def run(f: Callable[..., Any]) -> Any:
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(2, 4, generator=g, requires_grad=True).mul(1), torch.randn(2, 2, generator=g)
+        with getattr(torch, mode)():  # read inside: with grad on, eager's views refuse even a clone
+            out = f(a, b)
+            return [(o.clone(), o.requires_grad, o._is_view(), o._base is a) for o in out], a.clone(), b.shape
+
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    fn = unbinds_then_writes_a_row_after_a_metadata_write
+    actual = run(pv.compile_function(fn, inner="aot_eager", strict=True))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    assert_same(actual, run(fn))
 
 
 def transposes_then_writes_a_row(a: torch.Tensor) -> Any:  # test_aotdispatch's test_input_data_and_metadata_mutation
