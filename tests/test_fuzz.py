@@ -875,14 +875,16 @@ def test_s1802_a_views_lazy_error_met_at_compile_time_runs_the_graph_uncompiled(
     backward reads it. Stock crashes; the ceiling runs it. The graph now runs uncompiled there, as for the
     version-counter error (Note [Graphs the inner backend rejects]), and matches eager. 116 compiles since the
     session of 2026-12-06: ``exp``'s result, written under no_grad after ``unbind``, is recomputed in the backward
-    and watched (output_rules.results_to_watch), so the write is replayed and no view is read early."""
+    and watched (output_rules.results_to_watch), so the write is replayed and no view is read early. 21 (called
+    under inference_mode) is cut since a33ca94: with grad mode off no compiled segment reads a handed restricted
+    view's grad_fn, so the later segment may write its base."""
     program = generate(1802, index, ALL)
     by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
     reference = run_program(program, eager())
     assert classify(reference, run_program(program, by_label["stock[aot_eager]"])).kind == "crash"
     run = run_program(program, by_label["prototype[aot_eager]"])
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
-    expected = [] if index == 116 else ["reading the grad_fn of a view whose base was written"]
+    expected = [] if index in (116, 21) else ["reading the grad_fn of a view whose base was written"]
     assert [e for e in expected if any(e in f for f in run.fallbacks)] == expected, run.fallbacks
 
 
