@@ -175,3 +175,15 @@ def assert_matches_eager(
             assert_same(actual[key], expected[key])
         except AssertionError as e:
             raise AssertionError(f"{key}: compiled {actual[key]!r} vs eager {expected[key]!r}") from e
+
+
+def strict_compiled(fn: Callable[..., Any], entry: str) -> Callable[..., Any]:
+    """``fn`` under the prototype's ``entry`` ("backend" or "compile_function", aot_eager inside, raising instead
+    of falling back), with Dynamo's caches and the fallback record cleared first."""
+    import predispatch_views as pv
+
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    if entry == "backend":
+        return torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
+    return pv.compile_function(fn, inner="aot_eager", strict=True)

@@ -19,7 +19,7 @@ import predispatch_views as pv
 from predispatch_views.capture import capture_function
 from predispatch_views.compare.fuzz_program import ScaledClone, generate
 from predispatch_views.pipeline import compile_captured
-from tests.parity_utils import assert_same, flat_tensors, outcome
+from tests.parity_utils import assert_same, flat_tensors, outcome, strict_compiled
 
 
 def as_strided_between(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s51_471, shrunk
@@ -174,12 +174,7 @@ def test_a_custom_function_that_draws_keeps_its_place_among_the_draws(entry: str
         return t0 + torch.rand_like(t0), *t1.unbind(0)
 
     make = lambda: [_leaf(2).mul(1), _leaf(2, 2).mul(1)]  # noqa: E731
-    torch._dynamo.reset()
-    pv.FALLBACKS.clear()
-    if entry == "backend":
-        compiled = torch.compile(program, backend=pv.backend("aot_eager", strict=True))
-    else:
-        compiled = pv.compile_function(program, inner="aot_eager", strict=True)
+    compiled = strict_compiled(program, entry)
     torch.manual_seed(0)
     expected = program(*make())
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ import predispatch_views as pv
 from predispatch_views import pipeline
 from predispatch_views.compare.fuzz_program import MarkDirty, ReturnsInput, ScaledClone
 from predispatch_views.fallbacks import FallbackKind
-from tests.parity_utils import assert_matches_eager, assert_same, view_nodes
+from tests.parity_utils import assert_matches_eager, assert_same, strict_compiled, view_nodes
 
 
 class ReturnsItsInput(torch.autograd.Function):
@@ -383,13 +383,8 @@ def test_a_hidden_write_after_a_dirty_marking_call_stays_hidden(entry: str) -> N
     it gets a leaf example, for which AOTAutograd hides the write as eager does. The program's other write of that
     storage (the Function's ``mark_dirty``) runs in eager, in another segment, and no longer counts: the cut was
     refused before ("mul_ writes detach hidden from autograd, handed over and requiring grad")."""
-    torch._dynamo.reset()
-    pv.FALLBACKS.clear()
     fn = marks_dirty_then_writes_through_a_detached_alias
-    if entry == "backend":
-        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
-    else:
-        compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
+    compiled = strict_compiled(fn, entry)
     assert_matches_eager(fn, compiled, lambda: [torch.randn(3, generator=torch.Generator().manual_seed(0),
                                                             requires_grad=True).mul(1)])  # fmt: skip
     assert not pv.FALLBACKS, list(pv.FALLBACKS)

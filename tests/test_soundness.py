@@ -21,7 +21,7 @@ from torch import nn
 import predispatch_views as pv
 from predispatch_views import _torch_internals, pipeline
 from predispatch_views.compare.fuzz_program import ReturnsInput, ScaledClone
-from tests.parity_utils import assert_matches_eager, assert_same, observe, outcome
+from tests.parity_utils import assert_matches_eager, assert_same, observe, outcome, strict_compiled
 
 
 def custom_function_returns_input(x: torch.Tensor) -> Any:  # class 1
@@ -692,13 +692,8 @@ def test_an_op_reading_a_no_grad_view_with_grad_runs_in_a_segment_handed_eagers_
     view below autograd, so its ``tanh`` would require no grad. The program is cut after the view: the segment
     after it is compiled for an input requiring grad and handed eager's own view; the unbind is replayed. This fell
     back (stock returns no view of the unbind there)."""
-    torch._dynamo.reset()
-    pv.FALLBACKS.clear()
     fn = reads_a_no_grad_expand_with_grad
-    if entry == "backend":
-        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
-    else:
-        compiled = pv.compile_function(fn, inner="aot_eager", strict=True)
+    compiled = strict_compiled(fn, entry)
     assert_matches_eager(fn, compiled, _rg(4, 1, 1))
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
