@@ -106,16 +106,20 @@ def _inplace_view_of_an_input(gm: Any, tx: Any, fn: Any) -> Written | None:
 def _reads_only(method: str) -> bool:
     """A tensor method that is an aten op with no mutable overload, other than ``backward`` (which runs hooks and
     accumulates gradients): it writes no tensor."""
-    packet = getattr(torch.ops.aten, method, None)
-    overloads = packet.overloads() if packet is not None and hasattr(packet, "overloads") else []
-    mutable = any(getattr(packet, o)._schema.is_mutable for o in overloads)
+    overloads = _aten_overloads(method)
+    mutable = any(o._schema.is_mutable for o in overloads)
     return bool(overloads) and not mutable and method != "backward" and not method.endswith("_")
 
 
 def _is_inplace_view(name: str) -> bool:
+    overloads = _aten_overloads(name)
+    return bool(overloads) and all(torch.Tag.inplace_view in o.tags for o in overloads)
+
+
+def _aten_overloads(name: str) -> list[Any]:
     packet = getattr(torch.ops.aten, name, None)
-    overloads = packet.overloads() if packet is not None and hasattr(packet, "overloads") else []
-    return bool(overloads) and all(torch.Tag.inplace_view in getattr(packet, o).tags for o in overloads)
+    names = packet.overloads() if packet is not None and hasattr(packet, "overloads") else []
+    return [getattr(packet, o) for o in names]
 
 
 def _unwrapped(v: Any) -> Any:
