@@ -41,6 +41,7 @@ is compiled alone, so the rule cannot ask whether the graph before fell back.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import torch
@@ -267,12 +268,9 @@ def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: s
 
 
 def may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> fx.Node | None:
-    """The first differentiable core op computing from ``base`` whose backward may read values.
-
-    The partitioner may save ``base`` itself for any value the backward needs that is computed from it. Ops
-    whose backward reads no input (``add``, ``mul`` by a number, ``sum``, views...) need none, so everything
-    downstream of ``base`` through them is checked in turn.
-    """
+    """The first differentiable core op computing from ``base`` whose backward may read values. The partitioner may
+    save ``base`` itself for any value the backward needs that is computed from it. Ops whose backward reads no input
+    (``add``, ``mul`` by a number, ``sum``, views...) need none: everything downstream of them is checked in turn."""
     reached = {base}
     for n in meta.nodes:
         if (n in epilogue and n not in duplicated) or n.op != "call_function":
@@ -282,6 +280,7 @@ def may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated:
         reached.add(n)
         if n in meta.recorded and not (
             is_any_view(n)
+            or n.target is operator.getitem  # unpacking a tuple result: no autograd node of its own
             or graph_ops.is_metadata_mutation(n)  # a view, in place
             or graph_ops.backward_reads_no_input(n)
         ):

@@ -20,32 +20,11 @@ _NOT_VIEWS = {aten.lift_fresh.default}
 # rest would see a different storage.
 STORAGE_MUTATIONS = {"resize_", "resize_as_", "set_"}
 _SYM_TARGETS: set[Any] = {
-    aten.sym_size.int,
-    aten.sym_stride.int,
-    aten.sym_numel.default,
-    aten.sym_storage_offset.default,
-    operator.add,
-    operator.sub,
-    operator.mul,
-    operator.floordiv,
-    operator.truediv,
-    operator.mod,
-    operator.neg,
-    operator.pow,
-    operator.eq,
-    operator.ne,
-    operator.lt,
-    operator.le,
-    operator.gt,
-    operator.ge,
-    math.ceil,
-    math.floor,
-    torch.sym_int,
-    torch.sym_float,
-    torch.sym_max,
-    torch.sym_min,
-    torch.sym_not,
-}
+    aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default,
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod, operator.neg,
+    operator.pow, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
+    math.ceil, math.floor, torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not,
+}  # fmt: skip
 
 
 def _overload(node: fx.Node) -> ti.OpOverload | None:
@@ -142,22 +121,25 @@ def may_return_self(node: fx.Node) -> bool:
 
 
 def backward_reads_no_input(node: fx.Node) -> bool:
-    """An ATen call whose backward reads no value, neither an input nor its result (``add``, ``mul`` by a number,
-    ``sum``, ``cat``...): nothing is saved for it. Asked of torch (Note [Which ops save their result])."""
-    saved = saved_by_backward(node) if _overload(node) is not None else None
+    """An ATen call (or a custom Function's) whose backward reads no value, neither an input nor its result (``add``,
+    ``mul`` by a number, ``sum``, ``cat``...): nothing is saved for it (Note [Which ops save their result])."""
+    saved = saved_by_backward(node) if _overload(node) is not None or is_function_apply(node) else None
     return saved is not None and not saved[0] and not saved[1]
 
 
 def backward_reads_its_result(node: fx.Node) -> bool:
-    """An ATen call whose backward reads its output: eager saves it (Note [Which ops save their result] in
-    _torch_internals/saved_for_backward.py, asked of torch rather than of a table). False for any other call."""
-    saved = saved_by_backward(node) if _overload(node) is not None else (set(), False)
+    """An ATen call (or a custom Function's) whose backward reads its output, as eager saves it (Note [Which ops save
+    their result], asked of torch rather than of a table). False for any other call."""
+    known = _overload(node) is not None or is_function_apply(node)
+    saved = saved_by_backward(node) if known else (set(), False)
     return saved is None or saved[1]
 
 
 def saved_by_backward(node: fx.Node) -> tuple[set[fx.Node], bool] | None:
     """The arguments a call's backward reads, and whether it reads its result; None where unknown. An ATen call,
-    or a torch-level call of Dynamo's graph (a function or a ``torch.Tensor`` method)."""
+    or a torch-level call of Dynamo's graph (a function or a ``torch.Tensor`` method), or a custom Function's."""
+    if is_function_apply(node):  # Note [What a custom Function's backward reads] in _torch_internals/opaque_calls.py
+        return ti.function_backward_reads(node)
     reads = _backward_reads(node)
     if reads is None:
         return None
@@ -344,7 +326,8 @@ def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def is_sym(node: fx.Node) -> bool:
     """Size arithmetic (sym_size, operator.floordiv...) whose value is a number, not a tensor."""
-    return node.op == "call_function" and node.target in _SYM_TARGETS and not _is_tensor_val(node)
+    is_tensor = isinstance(node.meta.get("val"), torch.Tensor)
+    return node.op == "call_function" and node.target in _SYM_TARGETS and not is_tensor
 
 
 # Node meta of a recorded call that must run in eager, between compiled segments (Note [Segments] in segments.py):
@@ -369,6 +352,10 @@ def is_opaque_call(node: fx.Node) -> bool:
     return OPAQUE_CALL in node.meta or node.target in (ti.AUTOGRAD_FUNCTION_APPLY, ti.ACTIVATION_CHECKPOINT)
 
 
+def is_function_apply(node: fx.Node) -> bool:  # Dynamo's higher-order op for a custom autograd.Function
+    return node.op == "call_function" and node.target is ti.AUTOGRAD_FUNCTION_APPLY
+
+
 def runs_eagerly(node: Any) -> str | None:
     """What a recorded call that must run in eager is, or None."""
     return node.meta.get(RUN_EAGERLY) if isinstance(node, fx.Node) and node.op == "call_function" else None
@@ -376,10 +363,6 @@ def runs_eagerly(node: Any) -> str | None:
 
 def is_grad_mode_change(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target is ti.SET_GRAD_ENABLED
-
-
-def _is_tensor_val(node: fx.Node) -> bool:
-    return isinstance(node.meta.get("val"), torch.Tensor)
 
 
 def schema_name(node: fx.Node) -> str | None:

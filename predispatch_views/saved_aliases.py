@@ -141,7 +141,7 @@ def _watch(
 def result_watch_name(n: fx.Node) -> str | None:
     """Eager's node for a call whose backward reads its own result (``TanhBackward0``), as the runtime's watch of
     that result names it (Note [Eager's version error] in version_watches.py); None for any other call."""
-    reads = graph_ops.saved_by_backward(n)
+    reads = graph_ops.saved_by_backward(n) if not graph_ops.is_opaque_call(n) else None
     if reads is None or not reads[1] or not isinstance(graph_ops.example_value(n), torch.Tensor):
         return None
     target = getattr(torch.Tensor, str(n.target), None) if n.op == "call_method" else n.target

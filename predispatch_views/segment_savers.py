@@ -20,7 +20,8 @@ def _saves_its_result(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) ->
         return False
     if is_any_view(root) or graph_ops.is_metadata_mutation(root) or graph_ops.backward_reads_no_input(root):
         return False
-    return not graph_ops.is_aten_call(root) or graph_ops.backward_reads_its_result(root)
+    known = graph_ops.is_aten_call(root) or graph_ops.is_function_apply(root)
+    return not known or graph_ops.backward_reads_its_result(root)
 
 
 def eager_write_refused(meta: GraphMeta, at: fx.Node, first: list[fx.Node], recompute: set[fx.Node]) -> str | None:

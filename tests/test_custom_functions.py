@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import predispatch_views
+from predispatch_views import graph_ops
 from tests.parity_utils import assert_matches_eager, view_nodes
 
 
@@ -272,6 +273,99 @@ def test_a_dirty_write_to_a_result_its_producer_saves_is_cut_around_and_watched(
         assert (expected is None) == (through == slice(3, 4))
         assert _eager_error(compiled, make_inputs, through) == expected
     assert_matches_eager(exp_and_a_double_then_marks_dirty, compiled, make_inputs)
+
+
+class ClonesWithOwnGrad(torch.autograd.Function):
+    """Saves nothing: its backward reads only the gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 3
+
+
+def write_after_a_function_then_marks_dirty(function: Any) -> Any:
+    def program(a: torch.Tensor, b: torch.Tensor) -> tuple[Any, ...]:
+        t0 = function.apply(b)
+        t1 = b.detach()
+        t1.mul_(3.0)  # writes b, which ``function`` read, hidden from autograd
+        t2 = MarksDirty.apply(a.cos())  # runs in eager between two compiled segments
+        return t0.unbind(0), t1, t2
+
+    return program
+
+
+def _two_inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(3, requires_grad=True, generator=g), torch.randn(3, 2, generator=g, requires_grad=True).mul(1)]
+
+
+@pytest.mark.parametrize("entry", ["backend", "backend_dynamic"])
+def test_a_write_to_what_a_function_read_but_did_not_save_is_cut_around(entry: str) -> None:
+    """Note [What a custom Function's backward reads]: the cut before ``MarksDirty`` leaves ``ClonesWithOwnGrad``
+    in the compiled segment before it, and ``b`` is written after it. The rules took any Function to save all it
+    reads (and the ``getitem`` unpacking its result for a reader too), so the cut was refused and the program went
+    to stock, whose gradient of ``b`` differs from eager's (fuzzer s1824_48). Dynamo's backward graph of the
+    Function reads nothing of ``b``: the program is cut and matches eager with no fallback."""
+    program = write_after_a_function_then_marks_dirty(ClonesWithOwnGrad)
+    assert_matches_eager(program, _compiled(program, entry), _two_inputs)
+
+
+class SavesItsResult(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+
+class StashesAView(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        ctx.row = x[0]  # stashed on ctx, not saved: eager checks no version, the backward still reads it
+        return x * w
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return grad * 2, grad * ctx.row
+
+
+@pytest.mark.parametrize(
+    "function, reads",
+    [
+        (ClonesWithOwnGrad, (set(), False)),
+        (MarksDirty, (set(), False)),
+        (ScaleWithOwnGrad, ({0}, False)),
+        (SavesItsResult, (set(), True)),
+        (StashesAView, ({0}, False)),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_what_a_functions_backward_reads_is_read_from_dynamos_graphs(function: Any, reads: Any) -> None:
+    """Note [What a custom Function's backward reads]: the operands (by position) and whether the result."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    operands = [torch.randn(3, 2, requires_grad=True).mul(1), torch.randn(3, 2, requires_grad=True)]
+    nargs = function.forward.__code__.co_argcount - 1
+    torch._dynamo.reset()
+    torch.compile(lambda *xs: function.apply(*xs[:nargs]) * 2, backend=keep, fullgraph=True)(*operands)
+    (node,) = [n for n in graphs[0].graph.nodes if graph_ops.is_function_apply(n)]
+    placeholders = list(graphs[0].graph.find_nodes(op="placeholder"))
+    found = graph_ops.saved_by_backward(node)
+    assert found is not None
+    assert ({placeholders.index(n) for n in found[0]}, found[1]) == reads
 
 
 def _block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

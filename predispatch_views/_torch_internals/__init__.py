@@ -362,7 +362,7 @@ def two_tensor_class() -> type:
 from .dynamo_break import compiled_code_name, graph_break_writes  # noqa: E402, F401
 from .dynamo_inputs import fakified_with_static_sizes, restore_input_contexts  # noqa: E402, F401
 from .dynamo_traced_code import dropout_drops, inlined_autograd_functions, install_inlined_function_returns  # noqa: E402, F401
-from .opaque_calls import record_opaque_call, watching_effects  # noqa: E402
+from .opaque_calls import function_backward_reads, record_opaque_call, watching_effects  # noqa: E402, F401
 from .pre_dispatch_trace import trace_pre_dispatch  # noqa: E402
 from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401
 from .saved_for_backward import backward_reads, eager_node_name, eager_saved_inputs, mark_must_recompute  # noqa: E402, F401

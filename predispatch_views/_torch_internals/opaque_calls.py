@@ -89,3 +89,54 @@ def watching_effects(
         return out
 
     return watched, lambda: watch.found or not returned
+
+
+def function_backward_reads(node: torch.fx.Node) -> tuple[set[torch.fx.Node], bool] | None:
+    """What the backward of Dynamo's ``autograd_function_apply`` call reads: the call's tensor arguments and whether
+    its result, or None where unknown.
+
+    Note [What a custom Function's backward reads]
+    Dynamo traces an autograd.Function into two graphs, ``fwd_body(*operands) -> (results, saved)`` and
+    ``bwd_body(*grads, *saved)``: everything the backward reads of the forward (``ctx.save_for_backward`` and
+    tensors stashed on ``ctx``) is an entry of ``saved`` (torch 2.13 and 2.14, ``AutogradFunctionApplyVariable``).
+    A saved entry the backward graph uses and that shares storage with an operand reads that operand, one sharing
+    storage with a result reads the result (a ``mark_dirty`` input is both), and one computed inside the forward is
+    a tensor nothing outside the call can write. ``MarkDirty``'s ``x.mul_(2)`` saves nothing: a write to its
+    result afterwards breaks no backward of it, where the rules used to assume any Function saves everything
+    (fuzzer s1824_240, s1824_773)."""
+    from torch.fx import Node
+
+    fwd_attr, bwd_attr, *operands = node.args
+    owner = node.graph.owning_module
+    if owner is None or not all(isinstance(a, Node) and a.op == "get_attr" for a in (fwd_attr, bwd_attr)):
+        return None
+    fwd, bwd = (getattr(owner, str(a.target), None) for a in (fwd_attr, bwd_attr))  # type: ignore[union-attr]
+    if not isinstance(fwd, torch.fx.GraphModule) or not isinstance(bwd, torch.fx.GraphModule):
+        return None
+    fwd_inputs = list(fwd.graph.find_nodes(op="placeholder"))
+    bwd_inputs = list(bwd.graph.find_nodes(op="placeholder"))
+    out = fwd.graph.output_node().args[0]
+    if len(fwd_inputs) != len(operands) or not isinstance(out, (tuple, list)) or len(out) != 2:
+        return None
+    results, saved = pytree.tree_leaves(out[0]), pytree.tree_leaves(out[1])
+    if len(bwd_inputs) != len(results) + len(saved):
+        return None
+
+    def storage(n: Any) -> StorageWeakRef | bool | None:  # None: no tensor; False: unknown
+        value = n.meta.get("example_value", n.meta.get("val")) if isinstance(n, Node) else n
+        if isinstance(value, torch.Tensor):
+            return StorageWeakRef(value.untyped_storage())
+        return None if value is None or isinstance(value, (int, float, bool, torch.SymInt)) else False
+
+    operand_storages = [storage(p) for p in fwd_inputs]
+    result_storages = {storage(r) for r in results}
+    reads: set[torch.fx.Node] = set()
+    reads_result = False
+    for value, placeholder in zip(saved, bwd_inputs[len(results) :]):
+        if not placeholder.users or (s := storage(value)) is None:
+            continue
+        if s is False:
+            return None
+        reads |= {a for a, o in zip(operands, operand_storages) if o == s and isinstance(a, Node)}
+        reads_result |= s in result_storages
+    return reads, reads_result
