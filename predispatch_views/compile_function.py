@@ -4,7 +4,8 @@ and aot_module).
 Inputs and outputs may be any pytree of tensors and constants (a ``torch.Size`` stays a ``torch.Size``). A new
 trace is made whenever the input metadata changes (structure, constants, shape, stride, dtype, device,
 requires_grad, grad and inference mode, and which inputs alias each other), or the metadata of a lifted tensor or the
-``training`` flag of a module the function owns changes; shapes are static.
+``training`` flag of a module the function owns changes; shapes are static unless ``dynamic=True`` (a new
+shape then traces again only where it breaks the trace's shape guards).
 
 Tensors the function reads without receiving them (a module's parameters and buffers, closed-over or global
 tensors) become inputs of the compiled program (Note [Lifting closed-over tensors] in capture.py): training
@@ -20,6 +21,15 @@ tensor returned twice is one object. Inputs the function does not use are not in
 Called inside an enclosing trace (another ``compile_function``'s capture, make_fx, AOTAutograd, Dynamo), the
 compiled function runs its function's code: the enclosing trace records the whole program, as Dynamo inlines a
 nested ``torch.compile`` (compiling inside the trace would read the generator's state and fake tensors).
+
+Note [compile_function with symbolic sizes]
+``dynamic=True`` traces as ``aot_function(dynamic=True)`` does: every size of a tensor input is a symbol of one
+shape environment (equal sizes share one, 0 and 1 are specialized, as under Dynamo), and lifted tensors keep their
+static sizes. The core is compiled on those symbolic fakes, so the inner backend compiles it for every size; the
+epilogue replays the views with the call's own sizes, and a symbolic size the function returns (``x.shape``) is a
+result of the program. The trace and the compile leave guards on the symbols (a size the program branched on, a
+specialized 1): a call whose inputs satisfy them reuses that trace, any other traces again (aot_function checks
+none and reuses its first trace). A fallback to eager is decided for its exact sizes.
 
 Note [compile_function falls back to eager]
 A function the prototype cannot compile faithfully runs eagerly: eager's behaviour exactly, with the reason
@@ -37,6 +47,7 @@ or the compiler's own error.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -80,7 +91,12 @@ class _Constant:
     value: Any
 
 
-_Source = _FromProgram | _FromInput | _Constant
+@dataclass(frozen=True)
+class _Size:  # a torch.Size with symbolic sizes: each a result of the program or a constant
+    parts: tuple[_FromProgram | _Constant, ...]
+
+
+_Source = _FromProgram | _FromInput | _Constant | _Size
 
 
 @dataclass
@@ -94,6 +110,7 @@ class _Entry:
     lifted: list[Callable[[], torch.Tensor | None]] = field(default_factory=list)
     lifted_key: tuple[Hashable, ...] = ()
     sources: list[_Source] = field(default_factory=list)
+    fits: Callable[[list[torch.Tensor]], bool] | None = None  # dynamic: whether inputs satisfy the trace's guards
 
     def lifted_tensors(self) -> list[torch.Tensor] | None:
         values = [get() for get in self.lifted]
@@ -101,15 +118,17 @@ class _Entry:
 
 
 def compile_function(
-    fn: Callable[..., Any], inner: InnerBackend = "aot_eager", *, strict: bool = False
+    fn: Callable[..., Any], inner: InnerBackend = "aot_eager", *, strict: bool = False, dynamic: bool = False
 ) -> Callable[..., Any]:
     """Compile ``fn`` (a function or an nn.Module) with the prototype, without Dynamo.
 
     inner: the backend that compiles the core ("aot_eager", "inductor", "eager", or a backend callable).
     strict: raise instead of falling back (to stock AOTAutograd or to eager).
+    dynamic: trace the inputs' sizes as symbols, as ``aot_function(dynamic=True)`` does (Note [compile_function
+    with symbolic sizes]).
     """
-    # One entry per input key; an entry whose lifted tensors changed (a frozen parameter, a replaced buffer of
-    # another shape) is replaced by a new trace.
+    # One entry per input key (with ``dynamic``, several, each with its shape guard); an entry whose lifted tensors
+    # changed (a frozen parameter, a replaced buffer of another shape) is replaced by a new trace.
     cache: dict[Hashable, _Entry] = {}
     owners = owned_modules(fn)
 
@@ -120,25 +139,26 @@ def compile_function(
             # Dynamo): the enclosing trace records the function itself and compiles the whole program.
             return fn(*args, **kwargs)
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-        key = (
-            in_spec,
-            torch.is_grad_enabled(),
-            torch.is_inference_mode_enabled(),
-            _metadata_key(flat),
-            training_flags(owners),
-        )
-        entry = cache.get(key)
+        unsized = len(flat) if dynamic else 0
+        inputs_key = (in_spec, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        base = (*inputs_key, _metadata_key(flat, unsized), training_flags(owners))
+        key, entry = base, cache.get(base)
+        for n in itertools.count() if dynamic else ():  # the first trace whose guards the inputs satisfy
+            key, entry = (base, n), cache.get((base, n))
+            if entry is None or entry.fits is None or entry.fits(tensors):
+                break
         lifted = None
         if entry is not None and entry.eager_reason is None:
             lifted = entry.lifted_tensors()
             # Without lifted tensors ``key`` already says everything ``lifted_key`` would.
-            if lifted is None or (lifted and _metadata_key(tensors + lifted) != entry.lifted_key):
+            unsized = len(tensors) if dynamic else 0
+            if lifted is None or (lifted and _metadata_key(tensors + lifted, unsized) != entry.lifted_key):
                 entry = None
         if entry is None:
             # Tracing and compiling must not draw from the caller's RNG (found by the fuzzer: the first call's
             # random ops differed from eager's).
             with torch.random.fork_rng(devices=[]):
-                entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict)
+                entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict, dynamic)
             lifted = entry.lifted_tensors()
         if entry.eager_reason is not None:
             return fn(*args, **kwargs)
@@ -158,6 +178,10 @@ def _run(entry: _Entry, tensors: list[torch.Tensor]) -> Any:
             leaves.append(results[source.index])
         elif isinstance(source, _FromInput):
             leaves.append(tensors[source.index])
+        elif isinstance(source, _Size):
+            leaves.append(
+                torch.Size(results[p.index] if isinstance(p, _FromProgram) else p.value for p in source.parts)
+            )
         else:
             leaves.append(source.value)
     return ti.tree_unflatten(leaves, entry.out_spec)
@@ -170,6 +194,7 @@ def _compile(
     in_spec: ti.TreeSpec,
     inner: InnerBackend,
     strict: bool,
+    dynamic: bool = False,
 ) -> _Entry:
     tensor_positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
     out_specs: list[ti.TreeSpec] = []
@@ -183,7 +208,7 @@ def _compile(
         leaves, spec = ti.tree_flatten(fn(*args, **kwargs), is_leaf=_is_leaf)
         out_specs[:] = [spec]
         out_leaves[:] = leaves
-        return [v for v in leaves if isinstance(v, torch.Tensor)]
+        return [v for leaf in leaves for v in _program_values(leaf)]
 
     tensors = [flat[i] for i in tensor_positions]
     if layouts := sorted({str(t.layout) for t in tensors if t.layout != torch.strided}):
@@ -191,7 +216,7 @@ def _compile(
         return _eager(fn, Fallback(FallbackKind.NON_STRIDED_INPUT, message), strict, None)
     state = module_state(owners)
     try:
-        capture = capture_closure(flat_fn, tensors)
+        capture = capture_closure(flat_fn, tensors, dynamic=dynamic)
     except UnsupportedCapture as e:
         return _eager(fn, e.fallback, strict, None)
     except Exception as e:  # the program cannot be traced: eager raises its own error, or runs
@@ -209,7 +234,7 @@ def _compile(
 
     entry = _Entry(out_spec=out_specs[0])
     entry.lifted = [getter(t, owners, state) for t in capture.lifted]
-    entry.lifted_key = _metadata_key(tensors + capture.lifted)
+    entry.lifted_key = _metadata_key(tensors + capture.lifted, len(tensors) if dynamic else 0)
     entry.sources = _output_sources(capture, out_leaves)
     entry.used = _prune_unused_inputs(capture.graph)
     example = [(tensors + capture.lifted)[i] for i in entry.used]
@@ -221,6 +246,9 @@ def _compile(
             "[A restricted view aliased by a write] in runtime.py)",
         )
         return _eager(fn, restricted, strict, None)
+    if dynamic:  # Note [compile_function with symbolic sizes]
+        lifted_fakes = [capture.fake_mode.from_tensor(t, static_shapes=True) for t in capture.lifted]
+        example = [(capture.inputs + lifted_fakes)[i] for i in entry.used]
     try:
         entry.program = compile_captured(capture.graph, example, inner, strict=strict, stock_fallback=False)
     except StrictModeError:
@@ -230,6 +258,8 @@ def _compile(
         return _eager(fn, Fallback(FallbackKind.CAPTURED_GRAPH_COMPILE_FAILED, message), strict, e)
     if entry.program.fallback is not None:
         return _eager(fn, entry.program.fallback, strict, None)
+    if dynamic:  # after the compile, whose own guards count too
+        entry.fits = ti.shape_guard(capture.fake_mode, capture.inputs)
     return entry
 
 
@@ -257,6 +287,15 @@ def _output_sources(capture: FunctionCapture, leaves: list[Any]) -> list[_Source
     sources: list[_Source] = []
     k = 0
     for leaf in leaves:
+        if isinstance(leaf, torch.Size) and _program_values(leaf):
+            parts = [_Constant(e) if not _is_symbolic(e) else _FromProgram(k + j) for j, e in enumerate(leaf)]
+            sources.append(_Size(tuple(parts)))
+            k += len(_program_values(leaf))
+            continue
+        if _is_symbolic(leaf):
+            sources.append(_FromProgram(k))
+            k += 1
+            continue
         if not isinstance(leaf, torch.Tensor):
             sources.append(_Constant(leaf))
             continue
@@ -283,19 +322,30 @@ def _prune_unused_inputs(gm: fx.GraphModule) -> list[int]:
     return used
 
 
-def _metadata_key(flat: list[Any]) -> tuple[Hashable, ...]:
+def _is_symbolic(value: Any) -> bool:
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _program_values(leaf: Any) -> list[Any]:
+    """What of an output leaf the compiled program returns: a tensor, a symbolic size, or a Size's symbolic sizes."""
+    if isinstance(leaf, torch.Tensor) or _is_symbolic(leaf):
+        return [leaf]
+    return [e for e in leaf if _is_symbolic(e)] if isinstance(leaf, torch.Size) else []
+
+
+def _metadata_key(flat: list[Any], unsized: int = 0) -> tuple[Hashable, ...]:
+    """What a trace assumed of its inputs; the first ``unsized`` ones' sizes, strides and offsets left out (their
+    shape guard checks them: Note [compile_function with symbolic sizes])."""
     storages: dict[ti.StorageWeakRef, int] = {}
     key: list[Hashable] = []
-    for a in flat:
+    for i, a in enumerate(flat):
         if isinstance(a, torch.Tensor) and a.layout != torch.strided:  # sparse: no storage, no strides
             key.append((a.layout, tuple(a.shape), a.dtype, a.device, a.requires_grad))
         elif isinstance(a, torch.Tensor):
             storage = storages.setdefault(ti.StorageWeakRef(a.untyped_storage()), len(storages))
             key.append(
                 (
-                    tuple(a.shape),
-                    a.stride(),
-                    a.storage_offset(),
+                    *((a.dim(),) if i < unsized else (tuple(a.shape), a.stride(), a.storage_offset())),
                     a.dtype,
                     a.device,
                     a.layout,

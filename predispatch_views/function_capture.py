@@ -34,8 +34,12 @@ class FunctionCapture:
     lifted: list[torch.Tensor]
 
 
-def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[torch.Tensor]) -> FunctionCapture:
-    """Trace ``flat_fn`` (returning a flat list of tensors) with static shapes, lifting closed-over tensors.
+def capture_closure(
+    flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[torch.Tensor], *, dynamic: bool = False
+) -> FunctionCapture:
+    """Trace ``flat_fn`` (returning a flat list of tensors, and of symbolic sizes with ``dynamic``) with static
+    shapes, or with symbolic sizes for the inputs (``dynamic``: lifted tensors keep static ones, as aot_function
+    keeps a module's), lifting closed-over tensors.
 
     Note [Lifting closed-over tensors]
     A function may read tensors it does not receive: ``lin(x)`` reads ``lin.weight``. With a fake mode that
@@ -48,7 +52,7 @@ def capture_closure(flat_fn: Callable[..., list[Any]], flat_tensors: Sequence[to
 
     Raises UnsupportedCapture for calls the trace would silently drop (Note [What the trace cannot record]).
     """
-    fake_mode = ti.FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = ti.symbolic_fake_mode() if dynamic else ti.FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [fake_mode.from_tensor(t) for t in flat_tensors]
     watch = _CaptureWatch(fake_mode)
 
@@ -151,7 +155,7 @@ class _CaptureWatch(TorchFunctionMode):
         # around building the meta tensor), which the pre-dispatch trace would record into the program (a restore
         # to grad mode on inside a function called under no_grad; fuzzer s902_72).
         with ti.torch_function_disabled():
-            fake = self.fake_mode.from_tensor(t)
+            fake = self.fake_mode.from_tensor(t, static_shapes=True)
         self.real_of[id(fake)] = (fake, t)
         return fake
 

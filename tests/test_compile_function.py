@@ -729,3 +729,51 @@ def test_a_no_grad_write_to_an_input_aliasing_another_stays_hidden(entry: str, f
     (got_fn, got_grad), (want_fn, want_grad) = run(compiled), run(fn)
     assert got_fn == want_fn == "MulBackward0"
     torch.testing.assert_close(got_grad, want_grad)
+
+
+# Note [compile_function with symbolic sizes]
+def _split_in_halves(x: torch.Tensor, w: torch.Tensor) -> tuple[Any, ...]:
+    y = (x @ w).relu()
+    n = y.size(0)
+    return y.split(n // 2), y.shape, n
+
+
+@pytest.mark.parametrize("rows", [[4, 6, 8], [6, 10, 7, 9]])
+def test_dynamic_sizes_trace_once_per_guard_and_match_eager(rows: list[int]) -> None:
+    """One trace serves every size its guards allow (4, 6, 8 rows: two halves), a size that breaks them (7 rows:
+    three pieces) traces again, and every call matches eager: values, views, grad_fn types, gradients. The returned
+    ``y.shape`` and ``n`` are the call's own, not the first trace's constants."""
+    compiled = pv.compile_function(_split_in_halves, inner="aot_eager", strict=True, dynamic=True)
+    w = _x(3, 5, seed=1)
+    for n in rows:
+        make_inputs = lambda n=n: [_x(n, 3), w]  # noqa: E731
+        assert_matches_eager(_split_in_halves, compiled, make_inputs)
+        _, shape, size = compiled(*make_inputs())
+        assert type(shape) is torch.Size and shape == (n, 5) and size == n
+    pieces = {(n + n // 2 - 1) // (n // 2) for n in rows}  # the guards hold while the number of pieces does
+    assert len(compiled.cache) == len(pieces)
+
+
+def test_dynamic_sizes_keep_eagers_error_where_the_trace_does_not_hold() -> None:
+    """One row: ``split(0)`` raises in eager; the call breaks the first trace's guards, and tracing again raises
+    eager's own error."""
+    compiled = pv.compile_function(_split_in_halves, inner="aot_eager", strict=True, dynamic=True)
+    w = _x(3, 5, seed=1)
+    compiled(_x(4, 3), w)
+    expected = outcome(lambda: _split_in_halves(_x(1, 3), w))
+    assert outcome(lambda: compiled(_x(1, 3), w)) == expected
+    assert expected[0] == "raised"
+
+
+def test_dynamic_sizes_reach_the_inner_backend_as_symbols() -> None:
+    """The core is compiled once, on symbolic fakes: the inner backend sees symbols, not the first call's sizes."""
+    seen: list[list[Any]] = []
+
+    def inner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        seen.append([tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)])
+        return gm.forward
+
+    compiled = pv.compile_function(lambda x: (x * 2).unbind(0), inner=inner, strict=True, dynamic=True)
+    for n in (3, 5):
+        assert_matches_eager(lambda x: (x * 2).unbind(0), compiled, lambda n=n: [_x(2, n)])
+    assert len(seen) == 1 and isinstance(seen[0][0][1], torch.SymInt)

@@ -338,3 +338,24 @@ def test_garbage_is_collected_between_tests(tmp_path: Path) -> None:
         "test_a_capture_leaves_its_compile_context_set": "passed",
         "test_the_next_test_starts_without_it": "passed",
     }
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_the_swap_forwards_dynamic(dynamic: bool) -> None:
+    """``aot_function(..., dynamic=True)`` under the swap traces symbolic sizes (Note [compile_function with symbolic
+    sizes]): one forward graph for two sizes, where a static swap compiles one per size."""
+    import torch
+
+    from predispatch_views.compare.pytorch_tests_plugin.predispatch_views_pt_swap import swapped_aot_function
+
+    graphs: list[object] = []
+
+    def fw_compiler(gm: torch.fx.GraphModule, example_inputs: object) -> object:
+        graphs.append(gm)
+        return gm
+
+    compiled = swapped_aot_function(lambda x: x.sin().unbind(0), fw_compiler, dynamic=dynamic)
+    for n in (3, 5):
+        outs = compiled(torch.randn(2, n, requires_grad=True))
+        assert type(outs[0].grad_fn).__name__ == "UnbindBackward0"
+    assert len(graphs) == (1 if dynamic else 2)

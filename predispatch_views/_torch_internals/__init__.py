@@ -111,6 +111,8 @@ CHECKED_ON: dict[str, tuple[str, ...]] = {
     "torch._dynamo.config.compiled_autograd": ("2.13.0",),
     "torch._dynamo.utils.counters (aot_autograd and inductor cache keys, cudagraph_skips)": _BOTH,
     "torch.testing._internal.two_tensor.TwoTensor": _BOTH,
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv: produce_guards_expression(ignore_static=False), "
+    "evaluate_guards_expression (symbolic_inputs; compile_function(dynamic=True))": _BOTH,
     "GraphModule.compile_subgraph_reason (user_stack, graph_break), gm.meta['dynamo_compile_id']": _BOTH,
     "torch._dynamo.resume_execution.TORCH_DYNAMO_RESUME_IN_PREFIX": _BOTH,
     "torch._C._autograd: _get_creation_meta, _set_creation_meta, CreationMeta": _BOTH,
@@ -367,6 +369,7 @@ from .pre_dispatch_trace import trace_pre_dispatch  # noqa: E402
 from .random_draws import keeping_random_draws, refused_a_kept_draw  # noqa: E402, F401
 from .saved_for_backward import backward_reads, eager_node_name, eager_saved_inputs, mark_must_recompute  # noqa: E402, F401
 from .stock_regeneration import as_strided_output_regeneration, slice_output_regeneration  # noqa: E402
+from .symbolic_inputs import shape_guard, symbolic_fake_mode  # noqa: E402, F401
 
 
 def is_marked_must_recompute(node: torch.fx.Node) -> bool:

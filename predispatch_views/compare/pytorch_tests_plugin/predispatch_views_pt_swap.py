@@ -16,7 +16,7 @@ itself asks for, keeping everything the test configured:
   ``compiled_function``/``compiled_module``) get
   ``predispatch_views.compile_function(fn, inner=aot_autograd(fw_compiler=..., ...))``: the prototype's no-Dynamo
   entry point, whose core is compiled by the AOTAutograd configuration the test asked for (its compilers,
-  partitioner, decompositions). ``dynamic=`` is not forwarded: compile_function re-traces on new input metadata.
+  partitioner, decompositions), with ``dynamic=`` forwarded (Note [compile_function with symbolic sizes]).
 - Left stock: ``aot_module_simplified`` (the backend-level API the prototype itself sits in front of; it is handed
   graphs that Dynamo did not capture), ``aot_export_*``, ``make_fx``, functionalization APIs.
 
@@ -143,14 +143,16 @@ def swapped_aot_function(fn: Any, *args: Any, **kwargs: Any) -> Callable[..., An
     """``aot_function(fn, fw_compiler, ...)`` through the prototype's ``compile_function``."""
     import predispatch_views
 
-    return _counting(predispatch_views.compile_function(fn, inner=_aot_inner(*args, **kwargs)))
+    dynamic = bool(kwargs.get("dynamic", False))
+    return _counting(predispatch_views.compile_function(fn, inner=_aot_inner(*args, **kwargs), dynamic=dynamic))
 
 
 def swapped_aot_module(mod: Any, *args: Any, **kwargs: Any) -> Callable[..., Any]:
     """``aot_module(mod, fw_compiler, ...)`` through ``compile_function`` (an nn.Module's parameters become inputs)."""
     import predispatch_views
 
-    return _counting(predispatch_views.compile_function(mod, inner=_aot_inner(*args, **kwargs)))
+    dynamic = bool(kwargs.get("dynamic", False))
+    return _counting(predispatch_views.compile_function(mod, inner=_aot_inner(*args, **kwargs), dynamic=dynamic))
 
 
 _replacements: dict[int, Callable[..., Any]] = {}
