@@ -159,6 +159,9 @@ def compile_function(
             # random ops differed from eager's).
             with torch.random.fork_rng(devices=[]):
                 entry = cache[key] = _compile(fn, owners, flat, in_spec, inner, strict, dynamic)
+            if dynamic and entry.eager_reason is not None:  # a fallback holds for these exact sizes only
+                exact = _metadata_key(tensors)
+                entry.fits = lambda ts: _metadata_key(ts) == exact
             lifted = entry.lifted_tensors()
         if entry.eager_reason is not None:
             return fn(*args, **kwargs)

@@ -777,3 +777,16 @@ def test_dynamic_sizes_reach_the_inner_backend_as_symbols() -> None:
     for n in (3, 5):
         assert_matches_eager(lambda x: (x * 2).unbind(0), compiled, lambda n=n: [_x(2, n)])
     assert len(seen) == 1 and isinstance(seen[0][0][1], torch.SymInt)
+
+
+def test_dynamic_sizes_decide_a_fallback_for_its_exact_sizes() -> None:
+    """A function that runs eagerly (``requires_grad_`` inside) is decided per exact sizes under ``dynamic``: a call
+    of another size is traced again rather than taking the first call's answer for every size."""
+
+    def fn(x: torch.Tensor) -> Any:
+        return x.detach().requires_grad_().unbind(0)
+
+    compiled = pv.compile_function(fn, inner="aot_eager", dynamic=True)
+    for n in (3, 5, 3):
+        assert_matches_eager(fn, compiled, lambda n=n: [_x(2, n)])
+    assert len(compiled.cache) == 2 and all(e.eager_reason is not None for e in compiled.cache.values())
