@@ -11,6 +11,7 @@ import torch
 
 import predispatch_views
 from predispatch_views import graph_ops
+from predispatch_views.compare.fuzz_program import ScaledClone  # saves nothing: its backward reads the gradient
 from tests.parity_utils import assert_matches_eager, view_nodes
 
 
@@ -275,18 +276,6 @@ def test_a_dirty_write_to_a_result_its_producer_saves_is_cut_around_and_watched(
     assert_matches_eager(exp_and_a_double_then_marks_dirty, compiled, make_inputs)
 
 
-class ClonesWithOwnGrad(torch.autograd.Function):
-    """Saves nothing: its backward reads only the gradient."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * 3
-
-
 def write_after_a_function_then_marks_dirty(function: Any) -> Any:
     def program(a: torch.Tensor, b: torch.Tensor) -> tuple[Any, ...]:
         t0 = function.apply(b)
@@ -305,12 +294,12 @@ def _two_inputs() -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("entry", ["backend", "backend_dynamic"])
 def test_a_write_to_what_a_function_read_but_did_not_save_is_cut_around(entry: str) -> None:
-    """Note [What a custom Function's backward reads]: the cut before ``MarksDirty`` leaves ``ClonesWithOwnGrad``
+    """Note [What a custom Function's backward reads]: the cut before ``MarksDirty`` leaves ``ScaledClone``
     in the compiled segment before it, and ``b`` is written after it. The rules took any Function to save all it
     reads (and the ``getitem`` unpacking its result for a reader too), so the cut was refused and the program went
     to stock, whose gradient of ``b`` differs from eager's (fuzzer s1824_48). Dynamo's backward graph of the
     Function reads nothing of ``b``: the program is cut and matches eager with no fallback."""
-    program = write_after_a_function_then_marks_dirty(ClonesWithOwnGrad)
+    program = write_after_a_function_then_marks_dirty(ScaledClone)
     assert_matches_eager(program, _compiled(program, entry), _two_inputs)
 
 
@@ -341,7 +330,7 @@ class StashesAView(torch.autograd.Function):
 @pytest.mark.parametrize(
     "function, reads",
     [
-        (ClonesWithOwnGrad, (set(), False)),
+        (ScaledClone, (set(), False)),
         (MarksDirty, (set(), False)),
         (ScaleWithOwnGrad, ({0}, False)),
         (SavesItsResult, (set(), True)),
