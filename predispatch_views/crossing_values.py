@@ -28,7 +28,7 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
-from .graph_meta import GraphMeta, is_any_view
+from .graph_meta import GraphBreaks, GraphMeta, is_any_view
 
 Group = tuple[str, list[fx.Node], bool]  # a segment's name, its nodes in program order, whether it is compiled
 
@@ -84,3 +84,21 @@ def views_a_dropout_returning_its_input(n: fx.Node) -> bool:
     while is_any_view(n) and not graph_ops.is_dropout(n) and n.args and isinstance(n.args[0], fx.Node):
         n = n.args[0]
     return graph_ops.is_dropout(n) and graph_ops.returns_its_input(n) and not ti.eval_dropout_is_traced_as_its_input()
+
+
+def graph_breaks_of_stage(meta: GraphMeta, plan: Any, stage: Any) -> GraphBreaks:  # segments.Cut, Stage
+    """Where a segment meets a graph break: its outputs that are the program's cross the one after the program,
+    its inputs that are the program's come from the one before it."""
+    returned = {index for kind, index in plan.outputs if kind == stage.name}
+    from_program = {k for k, (kind, _) in enumerate(stage.sources) if kind == "arg"}
+    breaks, writes = meta.graph_breaks, meta.graph_breaks.break_writes
+    if writes is not None:  # what the break's instruction writes, as the segment's inputs and outputs of its storage
+        nodes_of = {s.name: s.nodes for s in plan.stages}
+        written = (meta.placeholders[i] if k == "input" else meta.outputs[i] for k, i in writes)
+        at = {meta.root.get(n, n) for n in written}
+        ins = [meta.placeholders[i] if kind == "arg" else nodes_of[kind][i] for kind, i in stage.sources]
+        writes = frozenset(
+            [("input", k) for k, n in enumerate(ins) if meta.root.get(n, n) in at]
+            + [("output", j) for j, n in enumerate(stage.nodes) if meta.root.get(n, n) in at]
+        )
+    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), break_writes=writes)

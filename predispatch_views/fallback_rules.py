@@ -33,10 +33,11 @@ A graph that ends at a graph break and returns a NO_GRAD_MODE view falls back to
 between the graphs writes the view's base in place (``a.unsqueeze_(2)`` is such a break), eager forbids reading
 the view's ``grad_fn``, and Dynamo reads ``is_leaf`` when it wraps the view as an input of the next graph
 (``fake_tensor.from_real_tensor``), so it would crash where eager runs; stock returns a view autograd allows.
+With grad mode off (``no_grad``, ``inference_mode`` calls) stock's views, regenerated after its writes, are
+NO_GRAD_MODE (INFERENCE_MODE) too: only the graph's own later write is a reason then (s1826_109, s1826_2399).
 The graph Dynamo resumes with falls back too when it returns a NO_GRAD_MODE view of one of its inputs: that input
 may be the fallen-back graph's output, stock's view, which autograd lets the caller write in place where eager's
-would not; eager's no_grad view of it then refuses its ``grad_fn``, stock's does not (fuzzer s31_447). Each graph
-is compiled alone, so the rule cannot ask whether the graph before fell back.
+would not; eager's no_grad view of it then refuses its ``grad_fn``, stock's does not (fuzzer s31_447).
 """
 
 from __future__ import annotations
@@ -329,7 +330,7 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
     for k, n in enumerate(meta.outputs):
         if n not in no_grad_views and not (n in identities and _may_be_a_new_view(n)):
             continue
-        if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, n):
+        if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, n, meta.grad_enabled):
             return Fallback(  # Note [What runs between two graphs] in _torch_internals/dynamo_break.py
                 FallbackKind.NO_GRAD_VIEW_AT_GRAPH_BREAK,
                 f"output {k} ({n.name}) is a view taken under no_grad from a tensor that requires grad, and "

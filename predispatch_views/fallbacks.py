@@ -103,9 +103,9 @@ class FallbackKind(enum.Enum):
         "unless the graph and the break's instruction cannot write its base",
         "`output <k> (<view>) is a view taken under no_grad from a tensor that requires grad, and the graph ends at a "
         "graph break: Dynamo would crash wrapping it for the next graph if its base is written in place in between`",
-        "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf when "
-        "it wraps the view as an input of the next graph (fake_tensor.from_real_tensor), a crash where eager runs; "
-        "stock returns a view autograd allows. Same Note; Note [What runs between two graphs].",
+        "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf "
+        "wrapping it for the next graph (from_real_tensor), a crash where eager runs; stock's view is allowed (grad "
+        "off: fails alike unless the graph wrote the base later). Same Note; Note [What runs between two graphs].",
         "fallback_rules.py",
         "the graph ends at a graph break",
     )

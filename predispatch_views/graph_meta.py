@@ -85,17 +85,19 @@ class GraphMeta:
         return self.nodes[-1]
 
 
-def may_be_written_at_break(meta: GraphMeta, view: fx.Node) -> bool:
+def may_be_written_at_break(meta: GraphMeta, view: fx.Node, by_the_break: bool = True) -> bool:
     """Whether the instruction Dynamo broke the graph at may write the storage of ``view``'s root in place (or the
     graph writes it itself after ``view`` was taken: then eager's view may refuse Dynamo's read without the
     instruction's help; a view taken after the write records the version it sees, and the replay keeps that
-    order)."""
+    order). ``by_the_break`` False: only the graph's own writes count."""
     # A write before the chain's first view is no write after it: that view records the version it sees.
     writes, root, since = meta.graph_breaks.break_writes, meta.root[view], taken_at(view, meta.order, with_base=False)
-    if writes is None or any(
+    if any(
         meta.order[m] > since and meta.root.get(w) is root for m in meta.mutations for w in graph_ops.written_args(m)
     ):
         return True
+    if not by_the_break or writes is None:
+        return by_the_break
     nodes = {meta.placeholders[i] if kind == "input" else meta.outputs[i] for kind, i in writes}
     return any(meta.root.get(n, n) is root for n in nodes)
 

@@ -43,6 +43,8 @@ cannot produce) is cut around instead: the program before it is compiled, the ca
 tensors (eager's own call, so eager's view and backward), and the program after it is compiled; the same checks
 apply to the part after it, which is handed the call's result as a view of the input it returns (``_example``), so
 it sees the alias eager's has (s1812_2373: a no_grad write to that input's base is then replayed after the views).
+A later no_grad write to such a view would be AOTAutograd's, which reads its ``grad_fn`` (raising: s1701_803): the
+uncompiled part then runs through that write, as eager runs it (s1826_125).
 Each half is one more compiled function per call (AOTAutograd's runtime wrappers, one autograd node):
 scripts/core_parts_cost.py measures what a part costs; a segment costs the same.
 """
@@ -60,7 +62,12 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
-from .crossing_values import hoist_detaches, sources_sharing_storage, views_a_dropout_returning_its_input
+from .crossing_values import (
+    graph_breaks_of_stage,
+    hoist_detaches,
+    sources_sharing_storage,
+    views_a_dropout_returning_its_input,
+)
 from .graph_meta import (
     GraphBreaks,
     GraphMeta,
@@ -97,6 +104,15 @@ class Stage:
     members: tuple[fx.Node, ...] = ()  # the original nodes it runs
 
 
+class WriteToRunEagerly(str):
+    """Why a cut is refused, where running the write ``writer`` in eager too (after the call) avoids it."""
+
+    def __new__(cls, reason: str, writer: fx.Node) -> WriteToRunEagerly:
+        self = super().__new__(cls, reason)
+        self.writer = writer
+        return self
+
+
 @dataclass(frozen=True)
 class Cut:
     stages: tuple[Stage, ...]
@@ -116,6 +132,9 @@ def compile_in_segments(
     ``compile_half`` (the pipeline, one cut fewer), and the runtime that calls them in order; None where it cannot
     be cut there or a stage would fall back."""
     plan = cut(meta, at, run_eagerly=run_eagerly, through=through)
+    while run_eagerly and isinstance(plan, WriteToRunEagerly) and meta.order[plan.writer] > meta.order[through or at]:
+        log.debug("cut around %s through %s: %s", at.name, plan.writer.name, plan)  # Note [Segments], the last case
+        plan = cut(meta, at, run_eagerly=True, through=(through := plan.writer))
     if isinstance(plan, str):
         log.debug("not cut at %s: %s", at.name, plan)
         return None
@@ -127,7 +146,7 @@ def compile_in_segments(
             continue
         aliased = sources_sharing_storage(meta, plan.stages, stage.sources)
         examples = [_example(meta, plan, s, example_inputs, stage, k in aliased) for k, s in enumerate(stage.sources)]
-        program = compile_half(stage.graph, examples, _graph_breaks_of(meta, plan, stage))
+        program = compile_half(stage.graph, examples, graph_breaks_of_stage(meta, plan, stage))
         if program.fallback is not None:
             log.debug("not cut at %s: a segment falls back: %s", at.name, program.fallback.reason)
             return None
@@ -294,13 +313,16 @@ def _refused(
             call = root.args[0] if root.target is operator.getitem else root  # s1811_1240: Dynamo's tuple's getitem
             functions_view = graph_ops.runs_eagerly(call) and not graph_ops.written_args(call)
             if n in meta.no_grad and functions_view and root in grad_roots:  # s1701_803: its grad_fn raises
-                return f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
+                reason = f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
+                return WriteToRunEagerly(reason, n)
             if (
                 hidden_from_autograd(meta, n, w)
                 and eager_requires_grad(meta, root)
                 and not only_hidden_writes(meta, root, members)
             ):
-                return f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad"
+                return WriteToRunEagerly(
+                    f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad", n
+                )
             if (saver := compiled_saver(meta, root, compiled_before, recompute)) is not None:
                 return f"{n.name} writes {w.name}, whose {saver} of an earlier compiled segment may save"
     return None
@@ -372,24 +394,6 @@ def _runtime(plan: Cut, runners: list[Callable[..., Any]]) -> Callable[..., Any]
         return tuple(index if kind == "constant" else values[kind][index] for kind, index in outputs)
 
     return run
-
-
-def _graph_breaks_of(meta: GraphMeta, plan: Cut, stage: Stage) -> GraphBreaks:
-    """Where a segment meets a graph break: its outputs that are the program's cross the one after the program,
-    its inputs that are the program's come from the one before it."""
-    returned = {index for kind, index in plan.outputs if kind == stage.name}
-    from_program = {k for k, (kind, _) in enumerate(stage.sources) if kind == "arg"}
-    breaks, writes = meta.graph_breaks, meta.graph_breaks.break_writes
-    if writes is not None:  # what the break's instruction writes, as the segment's inputs and outputs of its storage
-        nodes_of = {s.name: s.nodes for s in plan.stages}
-        written = (meta.placeholders[i] if k == "input" else meta.outputs[i] for k, i in writes)
-        at = {meta.root.get(n, n) for n in written}
-        ins = [meta.placeholders[i] if kind == "arg" else nodes_of[kind][i] for kind, i in stage.sources]
-        writes = frozenset(
-            [("input", k) for k, n in enumerate(ins) if meta.root.get(n, n) in at]
-            + [("output", j) for j, n in enumerate(stage.nodes) if meta.root.get(n, n) in at]
-        )
-    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), break_writes=writes)
 
 
 def _writes(n: fx.Node) -> bool:

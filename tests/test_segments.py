@@ -369,6 +369,35 @@ def test_a_hidden_write_of_a_handed_value_stays_hidden(entry: str) -> None:
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
 
+def writes_a_functions_view_under_no_grad(a: torch.Tensor) -> Any:  # fuzzer s1826_557, shrunk
+    t0 = a.exp()
+    t1 = a.narrow(1, 0, 2)
+    t2 = ReturnsInput.apply(t1)  # runs in eager: eager's view of t1, IN_CUSTOM_FUNCTION
+    with torch.no_grad():
+        t2.zero_()  # AOTAutograd's copy_ of it would read its grad_fn, which raises: runs in eager too
+    t5 = t1.narrow(0, 0, 1).transpose(1, 0).expand(2, 3)
+    return t0, t5.add(1.0), a
+
+
+@pytest.mark.parametrize("entry", ["backend", "backend_dynamic", "compile_function"])
+def test_a_no_grad_write_of_a_functions_view_runs_in_eager_with_the_call(entry: str) -> None:
+    """The segment after the Function's call wrote its view under no_grad: the cut was refused, since compiled,
+    that write reads the view's ``grad_fn`` (s1701_803), and the program fell back to stock. The uncompiled segment
+    now runs from the call through the write (Note [Segments]), as eager runs both; the rest is compiled."""
+    fn = writes_a_functions_view_under_no_grad
+    compiled = strict_compiled(fn, entry.replace("_dynamic", "")) if entry != "backend_dynamic" else None
+    if compiled is None:
+        torch._dynamo.reset()
+        pv.FALLBACKS.clear()
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True), dynamic=True)
+    pipeline.GRAPHS.clear()
+    assert_matches_eager(fn, compiled, lambda: [torch.randn(1, 3, generator=torch.Generator().manual_seed(0),
+                                                            requires_grad=True)])  # fmt: skip
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    if entry != "compile_function":
+        assert any("segments" in detail for _, _, detail in pipeline.GRAPHS), list(pipeline.GRAPHS)
+
+
 def marks_dirty_then_writes_through_a_detached_alias(a: torch.Tensor) -> Any:  # fuzzer s1821_743, shrunk
     t0 = a.cos()
     t1 = MarkDirty.apply(t0)  # runs in eager between two compiled segments: a write autograd records

@@ -20,7 +20,7 @@ from torch import nn
 
 import predispatch_views as pv
 from predispatch_views import _torch_internals, pipeline
-from predispatch_views.compare.fuzz_program import ReturnsInput, ScaledClone
+from predispatch_views.compare.fuzz_program import MarkDirty, ReturnsInput, ScaledClone
 from tests.parity_utils import assert_matches_eager, assert_same, observe, outcome, strict_compiled
 
 
@@ -646,6 +646,90 @@ def test_a_no_grad_view_crossing_a_graph_break_falls_back() -> None:
     with pytest.raises(Exception, match="the graph ends at a graph break"):
         torch._dynamo.reset()
         torch.compile(no_grad_view_across_graph_break, backend=pv.backend("aot_eager", strict=True))(*inputs())
+
+
+def views_at_a_break_of_a_grad_off_call(a: torch.Tensor, b: torch.Tensor) -> Any:  # fuzzer s1826_161, shrunk
+    t1, t2 = a.chunk(2, 1)
+    t3 = MarkDirty.apply(b.clone())  # a graph break whose writes Dynamo's record does not name
+    return t1, t2, t3
+
+
+def _grad_off(mode: str) -> Any:
+    return torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_grad_off_call_keeps_its_views_at_a_graph_break(mode: str) -> None:
+    """Called with grad mode off, every view of an input is a NO_GRAD_MODE (INFERENCE_MODE) view in eager and in
+    stock's regenerated outputs alike, so the rule of Note [A view taken under no_grad keeps its base's
+    requires_grad] for views crossing a break has nothing to protect: eager's views, no fallback (the engine
+    before fell back here, on 42 of the fuzzer's 2489 programs in seed 1826)."""
+    fn = views_at_a_break_of_a_grad_off_call
+    inputs = lambda: [_rg_nonleaf(3, 4)()[0], _rg_nonleaf(3)()[0]]  # noqa: E731
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    compiled = torch.compile(fn, backend=pv.backend("aot_eager"))
+    args, eager_args = inputs(), inputs()
+    with _grad_off(mode):
+        actual, expected = compiled(*args), fn(*eager_args)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+        assert (got._base is None, got.requires_grad) == (want._base is None, want.requires_grad)
+    if mode == "no_grad":  # inference_mode's chunks have no _base in eager either
+        assert [o._base is None for o in expected] == [False, False, True]
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_grad_off_call_whose_break_writes_a_views_base_crashes_in_dynamo_as_stock_does(mode: str) -> None:
+    """The program of the fallback above, called with grad mode off: eager runs; Dynamo crashes wrapping the view
+    for the second graph under stock (whose regenerated view is NO_GRAD_MODE too) exactly as under the prototype,
+    so no fallback could help, and the prototype raises stock's error (Note [A view taken under no_grad keeps its
+    base's requires_grad])."""
+    inputs = lambda: [_rg_nonleaf(3, 2)()[0], _rg_nonleaf(1)()[0]]  # noqa: E731
+    args = inputs()
+    with _grad_off(mode):
+        no_grad_view_across_graph_break(*args)  # eager runs
+    errors = []
+    for backend in ("aot_eager", pv.backend("aot_eager")):
+        torch._dynamo.reset()
+        args = inputs()
+        with _grad_off(mode), pytest.raises(Exception) as info:
+            torch.compile(no_grad_view_across_graph_break, backend=backend)(*args)
+        errors.append((type(info.value), str(info.value).split("\n")[0]))
+    assert errors[0] == errors[1], errors
+    assert "its base or another view of its base has been modified inplace" in errors[0][1]
+
+
+def a_grad_off_graph_writes_a_views_base_before_a_break(b: torch.Tensor, c: torch.Tensor, x: torch.Tensor) -> Any:
+    t0 = c.select(0, 0)  # fuzzer s1826_2399, shrunk: b and c share a storage
+    b.zero_()  # the graph itself writes t0's base after t0 was taken
+    u0 = torch.empty(0)
+    torch.exp(x, out=u0)  # a graph break (out= resizes u0)
+    return t0, u0
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_grad_off_graph_that_writes_its_views_base_still_falls_back_at_a_break(mode: str) -> None:
+    """With grad mode off, the graph's own write after the view was taken still counts: stock regenerates its view
+    after the write (a fresh version), eager's view predates it, and Dynamo wrapping eager's for the next graph
+    raised where stock runs (the first cut of the grad-off exception above dropped this case)."""
+    fn = a_grad_off_graph_writes_a_views_base_before_a_break
+
+    def inputs() -> list[torch.Tensor]:
+        base = _rg_nonleaf(2, 4)()[0]
+        return [base[0], base[1], torch.randn(1, 2, generator=torch.Generator().manual_seed(1))]
+
+    args = inputs()
+    with _grad_off(mode):
+        expected = fn(*args)
+    torch._dynamo.reset()
+    pv.FALLBACKS.clear()
+    args = inputs()
+    with _grad_off(mode):
+        actual = torch.compile(fn, backend=pv.backend("aot_eager"))(*args)
+    assert any("the graph ends at a graph break" in r for _, r in pv.FALLBACKS), list(pv.FALLBACKS)
+    torch.testing.assert_close([t.detach() for t in actual], [t.detach() for t in expected])
 
 
 def no_grad_views_of_a_base_written_before_they_are_taken(c: torch.Tensor, xs: torch.Tensor) -> Any:

@@ -81,23 +81,36 @@ def program_after_two_breaks(a: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fu
     return t5, t6, t4.exp()
 
 
-def test_a_resumed_graph_that_ends_at_a_break_checks_its_inputs() -> None:
+def test_a_resumed_graph_that_ends_at_a_break_checks_its_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The graph between the two breaks returns a no_grad view of ``t5``, stock's unbind output (no view: the
     unsafe fix), which the caller may write where eager's refuses; eager's no_grad view of it then refused its
     ``grad_fn``, a crash where stock runs. Three things let it through: the resume function's graph, ending at a
     break, was taken for the user's first graph (its ``compile_subgraph_reason`` names the user's function); the
     ``narrow`` of the whole tensor counted as a possible identity, not a no_grad view; and stock's ``t5`` was no
-    view, so not recorded as stock's. Now the call runs stock's program, stock's answer."""
+    view, so not recorded as stock's. Now the call runs stock's program, stock's answer.
+
+    The first graph fell back because its cut was refused; since the uncompiled segment runs through the no_grad
+    write (Note [Segments]) it no longer does, so the refusal is forced here: the case is any first graph that
+    falls back. Without it, the program is eager's, ``t5`` included."""
 
     def make() -> torch.Tensor:
         return torch.randn(3, 1, 2, generator=torch.Generator().manual_seed(0)).requires_grad_()
 
+    eager = program_after_two_breaks(make())
+    with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
+        eager[0].mul_(2)
+    assert eager[1].grad_fn is None
+
+    torch._dynamo.reset()
+    compiled = torch.compile(program_after_two_breaks, backend=predispatch_views.backend("aot_eager"))
+    t5, t6, _ = compiled(make())
+    with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
+        t5.mul_(2)  # eager's t5
+    assert t6.grad_fn is None
+
+    monkeypatch.setattr(predispatch_views.pipeline, "compile_in_segments", lambda *args, **kwargs: None)
     torch._dynamo.reset()
     compiled = torch.compile(program_after_two_breaks, backend=predispatch_views.backend("aot_eager"))
     t5, t6, _ = compiled(make())
     t5.mul_(2)  # eager refuses (a multi-output view); stock's t5 accepts it
     assert type(t6.grad_fn).__name__ == "AsStridedBackward0"  # stock's answer; it raised before
-    eager = program_after_two_breaks(make())
-    with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
-        eager[0].mul_(2)
-    assert eager[1].grad_fn is None
