@@ -251,9 +251,9 @@ class FallbackKind(enum.Enum):
         "compiling the core raised",
     )
     REQUIRES_GRAD_IN_FUNCTION = FallbackReason(
-        "compile_function only: `requires_grad_` on a traced tensor inside the function",
-        "`requires_grad_(<flag>) inside the function is not recorded by the trace`",
-        "the trace runs it on a fake tensor and records nothing, so the real input would keep its flag.",
+        "compile_function only: `requires_grad_(False)` on a traced tensor inside the function",
+        "`requires_grad_(False) inside the function is not recorded by the trace`",
+        "the trace records nothing (`requires_grad_(True)` runs in eager: Note [requires_grad_ inside a function]).",
         "function_capture.py",
         "requires_grad_(",
     )

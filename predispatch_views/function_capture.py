@@ -133,7 +133,8 @@ class _CaptureWatch(TorchFunctionMode):
 
     Note [What the trace cannot record]
     A pre-dispatch trace records ATen calls; it runs, but does not record, calls that only change autograd
-    state on the fake tensors: ``requires_grad_`` (an input or intermediate would silently not require grad),
+    state on the fake tensors: ``requires_grad_(False)`` (``requires_grad_(True)`` is recorded: Note
+    [requires_grad_ inside a function]),
     hooks (``register_hook``, ``retain_grad``), a backward pass inside the function (``torch.autograd.grad``:
     its ops would be recorded as forward ops, with ``create_graph`` semantics whatever the call said), and an
     ``inference_mode`` region (compiled with autograd on: its results would not be inference tensors). Each raises
@@ -163,6 +164,11 @@ class _CaptureWatch(TorchFunctionMode):
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        if _sets_requires_grad(func, args, kwargs):  # Note [requires_grad_ inside a function]
+            result = record_custom_function(
+                requires_grad_set, (self._fake(args[0]),), {}, "requires_grad_(True)", may_run_eagerly=True
+            )
+            return None if func == _REQUIRES_GRAD_SETTER else result
         unrecordable = _unrecordable(func, args, kwargs)
         if unrecordable is None and torch.is_inference_mode_enabled() != self.inference_mode:
             unrecordable = Fallback(
@@ -177,6 +183,28 @@ class _CaptureWatch(TorchFunctionMode):
 
 _BACKWARD_CALLS = {torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward}
 _HOOK_CALLS = {torch.Tensor.register_hook, torch.Tensor.retain_grad, torch.Tensor.register_post_accumulate_grad_hook}
+
+
+def requires_grad_set(x: torch.Tensor) -> torch.Tensor:
+    """Note [requires_grad_ inside a function]
+    ``x.requires_grad_(True)`` (or ``x.requires_grad = True``) changes no element, so the trace would drop it and
+    every later op would compute as if ``x`` needed no gradient. The capture records it as one call of this function
+    that returns ``x`` itself (like a custom Function marking ``x`` dirty: ``DIRTY_ARGS``), run in eager between
+    two compiled segments (Note [Segments]): the real ``x`` then requires grad, as a leaf, where eager's does, and
+    the segment after it is compiled for an ``x`` requiring grad (graph_meta.py counts the call's result and its
+    argument as requiring grad). ``requires_grad_(False)``, which eager allows on leaves only, is still refused."""
+    return x.requires_grad_(True)
+
+
+def _sets_requires_grad(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """``requires_grad_(True)`` or ``requires_grad = True`` on a tensor that requires none."""
+    if func is torch.Tensor.requires_grad_:
+        wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+    elif func == _REQUIRES_GRAD_SETTER:
+        wanted = args[1]
+    else:
+        return False
+    return bool(wanted) and isinstance(args[0], torch.Tensor) and not args[0].requires_grad
 
 
 def _unrecordable(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Fallback | None:

@@ -86,10 +86,9 @@ class GraphMeta:
 
 
 def may_be_written_at_break(meta: GraphMeta, view: fx.Node, by_the_break: bool = True) -> bool:
-    """Whether the instruction Dynamo broke the graph at may write the storage of ``view``'s root in place (or the
-    graph writes it itself after ``view`` was taken: then eager's view may refuse Dynamo's read without the
-    instruction's help; a view taken after the write records the version it sees, and the replay keeps that
-    order). ``by_the_break`` False: only the graph's own writes count."""
+    """Whether the instruction Dynamo broke the graph at (unless ``by_the_break`` is False) may write the storage of
+    ``view``'s root in place, or the graph writes it itself after ``view`` was taken (then eager's view may refuse
+    Dynamo's read alone; a view taken after the write records the version it sees, and the replay keeps the order)."""
     # A write before the chain's first view is no write after it: that view records the version it sees.
     writes, root, since = meta.graph_breaks.break_writes, meta.root[view], taken_at(view, meta.order, with_base=False)
     if any(
@@ -263,6 +262,8 @@ def _requires_grad(
     for n in nodes:
         if graph_ops.is_grad_mode_change(n):
             grad = bool(n.args[0])
+        elif graph_ops.sets_requires_grad(n):  # Note [requires_grad_ inside a function] in function_capture.py
+            out |= {n, n.args[0]}  # type: ignore[arg-type]
         elif n.op == "call_function" and grad and any(i in out for i in n.all_input_nodes):
             if graph_ops.schema_name(n) != "detach":  # s1822_82: a Function's output of ``c.detach()`` requires none
                 out.add(n)

@@ -352,6 +352,10 @@ def is_opaque_call(node: fx.Node) -> bool:
     return OPAQUE_CALL in node.meta or node.target in (ti.AUTOGRAD_FUNCTION_APPLY, ti.ACTIVATION_CHECKPOINT)
 
 
+def sets_requires_grad(node: fx.Node) -> bool:  # Note [requires_grad_ inside a function] in function_capture.py
+    return node.op == "call_function" and getattr(node.target, "__name__", "") == "requires_grad_set"
+
+
 def is_function_apply(node: fx.Node) -> bool:  # Dynamo's higher-order op for a custom autograd.Function
     return node.op == "call_function" and node.target is ti.AUTOGRAD_FUNCTION_APPLY
 

@@ -239,13 +239,46 @@ def _inference_mode_region(x: torch.Tensor) -> Any:
     return y.unbind(0), z
 
 
-UNRECORDABLE: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], str]] = {
-    "requires_grad_": (_requires_grad_inside, lambda: [_x(2, 3, requires_grad=False)], "requires_grad_(True)"),
-    "requires_grad_setter": (
-        _requires_grad_of_an_intermediate,
-        lambda: [_x(2, 3, requires_grad=False)],
-        "requires_grad_(True)",
+def _requires_grad_off_inside(a: torch.Tensor) -> Any:
+    a.requires_grad_(False)  # a leaf input: eager allows it
+    return a.mul(2).unbind(0)
+
+
+def _requires_grad_then_read_with_another_input(x: torch.Tensor, w: torch.Tensor) -> Any:
+    y = x * 2
+    y.requires_grad_()
+    return y.sin() * w, y
+
+
+REQUIRES_GRAD_INSIDE: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
+    "requires_grad_": (_requires_grad_inside, lambda: [_x(2, 3, requires_grad=False)]),
+    "requires_grad_setter": (_requires_grad_of_an_intermediate, lambda: [_x(2, 3, requires_grad=False)]),
+    "of_an_intermediate_read_with_grad": (
+        _requires_grad_then_read_with_another_input,
+        lambda: [_x(3, requires_grad=False), _x(3)],
     ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRES_GRAD_INSIDE))
+def test_requires_grad_inside_the_function_runs_in_eager_between_segments(name: str) -> None:
+    """Note [requires_grad_ inside a function]: the call is recorded and runs in eager between two compiled
+    segments, so the input (or intermediate) requires grad from there on, as a leaf, as eager's does; it ran the
+    whole function eagerly before (as do the upstream cases input_inplace_requires_grad_true and
+    some_output_requires_grad_input_doesnt)."""
+    fn, make_inputs = REQUIRES_GRAD_INSIDE[name]
+    before = len(pv.FALLBACKS)
+    compiled = _compile(fn, strict=True)
+    assert_matches_eager(fn, compiled, make_inputs)
+    inputs_e, inputs_c = make_inputs(), make_inputs()
+    fn(*inputs_e)
+    compiled(*inputs_c)
+    assert [(t.requires_grad, t.is_leaf) for t in inputs_c] == [(t.requires_grad, t.is_leaf) for t in inputs_e]
+    assert _new_fallbacks(before) == []
+
+
+UNRECORDABLE: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], str]] = {
+    "requires_grad_false": (_requires_grad_off_inside, lambda: [_x(2, 3)], "requires_grad_(False)"),
     "autograd_grad": (_grad_inside(False), lambda: [_x(2, 3)], "backward pass inside"),
     "autograd_grad_create_graph": (_grad_inside(True), lambda: [_x(2, 3)], "backward pass inside"),
     "register_hook": (_hook_inside, lambda: [_x(2, 3)], "register_hook"),
@@ -779,12 +812,26 @@ def test_dynamic_sizes_reach_the_inner_backend_as_symbols() -> None:
     assert len(seen) == 1 and isinstance(seen[0][0][1], torch.SymInt)
 
 
-def test_dynamic_sizes_decide_a_fallback_for_its_exact_sizes() -> None:
-    """A function that runs eagerly (``requires_grad_`` inside) is decided per exact sizes under ``dynamic``: a call
-    of another size is traced again rather than taking the first call's answer for every size."""
+def test_requires_grad_inside_runs_in_eager_under_dynamic_sizes() -> None:
+    """Note [requires_grad_ inside a function] with symbolic sizes: one trace for sizes 3 and 5, no fallback."""
 
     def fn(x: torch.Tensor) -> Any:
         return x.detach().requires_grad_().unbind(0)
+
+    compiled = pv.compile_function(fn, inner="aot_eager", dynamic=True, strict=True)
+    for n in (3, 5, 3):
+        assert_matches_eager(fn, compiled, lambda n=n: [_x(2, n)])
+    assert len(compiled.cache) == 1 and all(e.eager_reason is None for e in compiled.cache.values())
+
+
+def test_dynamic_sizes_decide_a_fallback_for_its_exact_sizes() -> None:
+    """A function that runs eagerly (a hook inside) is decided per exact sizes under ``dynamic``: a call of another
+    size is traced again rather than taking the first call's answer for every size."""
+
+    def fn(x: torch.Tensor) -> Any:
+        y = x.mul(2)
+        y.register_hook(lambda g: g * 10)
+        return y.unbind(0)
 
     compiled = pv.compile_function(fn, inner="aot_eager", dynamic=True)
     for n in (3, 5, 3):
