@@ -1,5 +1,6 @@
 """Stage 2c's rule for what an earlier compiled segment may save that a later write breaks (Note [Segments] in
-segments.py): a reader the partitioner may save a value for, or the value's own producer."""
+segments.py): a reader the partitioner may save a value for, or the value's own producer; and the refusal that a
+wider uncompiled segment avoids."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ from . import graph_ops
 from .fallback_rules import may_save
 from .graph_meta import GraphMeta, is_any_view
 from .output_rules import unsaved_storage, watched_result_family
+
+
+class RunEagerlyThrough(str):
+    """Why a cut around a call is refused, where running the later ``node`` (a write, or a read) in eager too, with
+    everything between, avoids it (Note [Segments])."""
+
+    def __new__(cls, reason: str, node: fx.Node) -> RunEagerlyThrough:
+        self = super().__new__(cls, reason)
+        self.node = node
+        return self
 
 
 def _saves_its_result(meta: GraphMeta, root: fx.Node, compiled: set[fx.Node]) -> bool:

@@ -43,8 +43,9 @@ cannot produce) is cut around instead: the program before it is compiled, the ca
 tensors (eager's own call, so eager's view and backward), and the program after it is compiled; the same checks
 apply to the part after it, which is handed the call's result as a view of the input it returns (``_example``), so
 it sees the alias eager's has (s1812_2373: a no_grad write to that input's base is then replayed after the views).
-A later no_grad write to such a view would be AOTAutograd's, which reads its ``grad_fn`` (raising: s1701_803): the
-uncompiled part then runs through that write, as eager runs it (s1826_125).
+Where the part after the call is refused for a node of its own (a no_grad or hidden write of the call's view, whose
+``grad_fn`` AOTAutograd would read, s1701_803; a write of a handed restricted view; a read of one whose base was
+written), the uncompiled part runs through that node too, as eager runs it (``RunEagerlyThrough``; s1826_125).
 Each half is one more compiled function per call (AOTAutograd's runtime wrappers, one autograd node):
 scripts/core_parts_cost.py measures what a part costs; a segment costs the same.
 """
@@ -84,7 +85,7 @@ from .graph_meta import (
     taken_at,
     through_a_copy,
 )
-from .segment_savers import compiled_saver, eager_write_refused
+from .segment_savers import RunEagerlyThrough, compiled_saver, eager_write_refused
 
 log = logging.getLogger("predispatch_views")
 
@@ -102,15 +103,6 @@ class Stage:
     nodes: tuple[fx.Node, ...]  # the original nodes whose values it returns, in order
     grad_args: frozenset[int] = frozenset()  # inputs an earlier stage's write recorded by autograd made require grad
     members: tuple[fx.Node, ...] = ()  # the original nodes it runs
-
-
-class WriteToRunEagerly(str):
-    """Why a cut is refused, where running the write ``writer`` in eager too (after the call) avoids it."""
-
-    def __new__(cls, reason: str, writer: fx.Node) -> WriteToRunEagerly:
-        self = super().__new__(cls, reason)
-        self.writer = writer
-        return self
 
 
 @dataclass(frozen=True)
@@ -132,9 +124,9 @@ def compile_in_segments(
     ``compile_half`` (the pipeline, one cut fewer), and the runtime that calls them in order; None where it cannot
     be cut there or a stage would fall back."""
     plan = cut(meta, at, run_eagerly=run_eagerly, through=through)
-    while run_eagerly and isinstance(plan, WriteToRunEagerly) and meta.order[plan.writer] > meta.order[through or at]:
-        log.debug("cut around %s through %s: %s", at.name, plan.writer.name, plan)  # Note [Segments], the last case
-        plan = cut(meta, at, run_eagerly=True, through=(through := plan.writer))
+    while run_eagerly and isinstance(plan, RunEagerlyThrough) and meta.order[plan.node] > meta.order[through or at]:
+        log.debug("cut around %s through %s: %s", at.name, plan.node.name, plan)  # Note [Segments], the last case
+        plan = cut(meta, at, run_eagerly=True, through=(through := plan.node))
     if isinstance(plan, str):
         log.debug("not cut at %s: %s", at.name, plan)
         return None
@@ -284,7 +276,9 @@ def _refused(
             for m in earlier
             if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
         ):
-            return f"{name} reads {n.name}, a restricted view whose base is written after it was taken"
+            readers = [u for u in n.users if u in inside]
+            reason = f"{name} reads {n.name}, a restricted view whose base is written after it was taken"
+            return RunEagerlyThrough(reason, max(readers, key=order.__getitem__))  # its lazy error, if any: eager's
         call = n.args[0] if n.target is operator.getitem else n
         if (
             stage_compiled[name]
@@ -309,18 +303,19 @@ def _refused(
         for w in [w for w in graph_ops.written_args(n) if meta.root.get(w, w) in handed_roots]:
             root = meta.root.get(w, w)
             if meta.grad_enabled and root in restricted_roots and root in grad_roots:  # grad off: nothing reads it
-                return f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
+                reason = f"{n.name} writes {w.name}, whose base an earlier segment handed over as a restricted view"
+                return RunEagerlyThrough(reason, n)
             call = root.args[0] if root.target is operator.getitem else root  # s1811_1240: Dynamo's tuple's getitem
             functions_view = graph_ops.runs_eagerly(call) and not graph_ops.written_args(call)
             if n in meta.no_grad and functions_view and root in grad_roots:  # s1701_803: its grad_fn raises
                 reason = f"{n.name} writes {w.name} under no_grad, a custom Function's view an earlier call handed over"
-                return WriteToRunEagerly(reason, n)
+                return RunEagerlyThrough(reason, n)
             if (
                 hidden_from_autograd(meta, n, w)
                 and eager_requires_grad(meta, root)
                 and not only_hidden_writes(meta, root, members)
             ):
-                return WriteToRunEagerly(
+                return RunEagerlyThrough(
                     f"{n.name} writes {w.name} hidden from autograd, handed over and requiring grad", n
                 )
             if (saver := compiled_saver(meta, root, compiled_before, recompute)) is not None:

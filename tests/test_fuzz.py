@@ -1233,3 +1233,20 @@ def test_a_view_crossing_a_cut_keeps_its_traced_example() -> None:
     building raised IndexError where eager and stock run. It is applied to a Function's returned input only."""
     for index in (143, 252, 441):
         _assert_no_violation(1814, index, "prototype[aot_eager]", "stock[aot_eager]")
+
+
+@pytest.mark.parametrize(
+    "seed, index",
+    [(1827, 47), (1826, 133)],  # a write of a handed restricted view; a read of one whose base the call wrote
+)
+def test_a_cut_around_a_function_runs_the_refused_node_in_eager_too(seed: int, index: int) -> None:
+    """compile_function ran these eagerly: the cut around a custom Function's call was refused for a node of the part
+    after it (Note [Segments]: a write of a restricted view an earlier segment handed over, s1827_47; a read of one
+    whose base the call wrote, s1826_133). The uncompiled part now runs through that node (``RunEagerlyThrough``) and
+    the program matches eager with no fallback."""
+    program = generate(seed, index, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label["prototype_fn[aot_eager]"])
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+    assert run.fallbacks == []

@@ -398,6 +398,38 @@ def test_a_no_grad_write_of_a_functions_view_runs_in_eager_with_the_call(entry: 
         assert any("segments" in detail for _, _, detail in pipeline.GRAPHS), list(pipeline.GRAPHS)
 
 
+def reads_a_multi_output_view_whose_base_a_function_wrote(a: torch.Tensor) -> Any:  # fuzzer s1827_85, shrunk
+    t1 = a.sigmoid().sin()
+    t3, _ = t1.expand(2, 3, 1).unbind(0)
+    t6 = MarkDirty.apply(t1)  # runs in eager: writes t1, the base of the unbind's outputs
+    t7 = t3.clone()  # a read of a multi-output view whose base was written: eager's lazy error, where grad is on
+    return t6, t7, t7[1:2]
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_read_of_a_restricted_view_after_a_functions_write_runs_in_eager(entry: str) -> None:
+    """The segment after MarkDirty's call read ``t3`` (an unbind output whose base the call wrote): compiled, the read
+    asks for its ``grad_fn`` on every call, so the cut was refused and the program fell back. The uncompiled segment
+    now runs through the read (Note [Segments]): no fallback, eager's values; with grad on, eager's own error."""
+    fn = reads_a_multi_output_view_whose_base_a_function_wrote
+
+    def inputs(requires_grad: bool) -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(0)
+        return [torch.randn(3, 1, generator=gen, requires_grad=requires_grad).mul(1)]
+
+    assert_matches_eager(fn, strict_compiled(fn, entry), lambda: inputs(False))
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+    with pytest.raises(RuntimeError, match="Output 0 of Unbind is a view and its base") as want:
+        fn(*inputs(True))
+    if entry == "backend":  # Dynamo's own trace raises first (its fake tensor call): the ceiling's error
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError) as want:
+            torch.compile(fn, backend="eager")(*inputs(True))
+    with pytest.raises(RuntimeError) as got:
+        strict_compiled(fn, entry)(*inputs(True))
+    assert str(got.value).split("\n")[0] == str(want.value).split("\n")[0]
+
+
 def marks_dirty_then_writes_through_a_detached_alias(a: torch.Tensor) -> Any:  # fuzzer s1821_743, shrunk
     t0 = a.cos()
     t1 = MarkDirty.apply(t0)  # runs in eager between two compiled segments: a write autograd records
