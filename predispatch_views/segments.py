@@ -85,6 +85,7 @@ from .graph_meta import (
     taken_at,
     through_a_copy,
 )
+from .segment_runtime import restoring_grad_mode, segments_runtime
 from .segment_savers import RunEagerlyThrough, compiled_saver, eager_write_refused
 
 log = logging.getLogger("predispatch_views")
@@ -134,7 +135,7 @@ def compile_in_segments(
     runners: list[Callable[..., Any]] = []
     for stage in plan.stages:
         if not stage.compiled:
-            runners.append(stage.graph.forward)
+            runners.append(restoring_grad_mode(stage.graph.forward))
             continue
         aliased = sources_sharing_storage(meta, plan.stages, stage.sources)
         examples = [_example(meta, plan, s, example_inputs, stage, k in aliased) for k, s in enumerate(stage.sources)]
@@ -147,7 +148,7 @@ def compile_in_segments(
     if through is not None and not any(map(_computes, compiled)):  # a run of calls that is the whole program
         log.debug("not cut at %s: nothing but views would be compiled", at.name)
         return None
-    return compiled, _runtime(plan, runners)
+    return compiled, segments_runtime(plan, runners)
 
 
 def _computes(program: Any) -> bool:
@@ -376,19 +377,6 @@ def _checked(meta: GraphMeta, plan: Cut, stage: Stage, run: Callable[..., Any]) 
         return run_eagerly(*args)
 
     return checked
-
-
-def _runtime(plan: Cut, runners: list[Callable[..., Any]]) -> Callable[..., Any]:
-    steps = [(stage.name, runner, stage.sources) for stage, runner in zip(plan.stages, runners)]
-    outputs = plan.outputs
-
-    def run(*args: Any) -> tuple[Any, ...]:
-        values: dict[str, Any] = {"arg": args}
-        for name, runner, sources in steps:
-            values[name] = runner(*[values[kind][index] for kind, index in sources])
-        return tuple(index if kind == "constant" else values[kind][index] for kind, index in outputs)
-
-    return run
 
 
 def _writes(n: fx.Node) -> bool:

@@ -63,6 +63,7 @@ STAGES = {
         "segments.py",
         "segment_savers.py",
         "crossing_values.py",
+        "segment_runtime.py",
     ],
     "runtime (epilogue codegen, checks per call)": ["runtime.py", "version_watches.py", "stock_views.py"],
     "pipeline (stage order, inner backend, fallback to stock)": ["pipeline.py", "inner_backend.py"],

@@ -1250,3 +1250,16 @@ def test_a_cut_around_a_function_runs_the_refused_node_in_eager_too(seed: int, i
     run = run_program(program, by_label["prototype_fn[aot_eager]"])
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
     assert run.fallbacks == []
+
+
+def test_s1826_889_an_uncompiled_segment_that_raises_under_no_grad_restores_grad_mode() -> None:
+    """compile_function ran fuzz_s1826_889 eagerly until ef9db0e, whose uncompiled segment runs through two no_grad
+    writes; eager's own error there (``torch.abs(t0, out=t1)`` of overlapping views) left grad mode off after the
+    call, where eager's ``with torch.no_grad()`` restores it (the after_call probe; the ceiling, Dynamo, leaves it
+    off too). The segment's runner now restores the caller's grad mode when it raises."""
+    program = generate(1826, 889, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label["prototype_fn[aot_eager]"])
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+    assert run.fallbacks == []
