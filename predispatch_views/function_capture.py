@@ -17,6 +17,7 @@ from . import _torch_internals as ti
 from . import graph_ops
 from .capture import UnsupportedCapture, record_custom_function
 from .fallbacks import Fallback, FallbackKind
+from .graph_ops import requires_grad_set
 
 
 @dataclass
@@ -164,7 +165,7 @@ class _CaptureWatch(TorchFunctionMode):
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        if _sets_requires_grad(func, args, kwargs):  # Note [requires_grad_ inside a function]
+        if _requires_grad_wanted(func, args, kwargs) is True:  # Note [requires_grad_ inside a function]
             result = record_custom_function(
                 requires_grad_set, (self._fake(args[0]),), {}, "requires_grad_(True)", may_run_eagerly=True
             )
@@ -185,26 +186,16 @@ _BACKWARD_CALLS = {torch.autograd.grad, torch.autograd.backward, torch.Tensor.ba
 _HOOK_CALLS = {torch.Tensor.register_hook, torch.Tensor.retain_grad, torch.Tensor.register_post_accumulate_grad_hook}
 
 
-def requires_grad_set(x: torch.Tensor) -> torch.Tensor:
-    """Note [requires_grad_ inside a function]
-    ``x.requires_grad_(True)`` (or ``x.requires_grad = True``) changes no element, so the trace would drop it and
-    every later op would compute as if ``x`` needed no gradient. The capture records it as one call of this function
-    that returns ``x`` itself (like a custom Function marking ``x`` dirty: ``DIRTY_ARGS``), run in eager between
-    two compiled segments (Note [Segments]): the real ``x`` then requires grad, as a leaf, where eager's does, and
-    the segment after it is compiled for an ``x`` requiring grad (graph_meta.py counts the call's result and its
-    argument as requiring grad). ``requires_grad_(False)``, which eager allows on leaves only, is still refused."""
-    return x.requires_grad_(True)
-
-
-def _sets_requires_grad(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    """``requires_grad_(True)`` or ``requires_grad = True`` on a tensor that requires none."""
+def _requires_grad_wanted(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool | None:
+    """The flag a ``requires_grad_`` call or ``requires_grad =`` assignment changes a tensor's to; None otherwise."""
     if func is torch.Tensor.requires_grad_:
         wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
-    elif func == _REQUIRES_GRAD_SETTER:
+    elif func == _REQUIRES_GRAD_SETTER:  # a new method-wrapper object on every access: compare by ==
         wanted = args[1]
     else:
-        return False
-    return bool(wanted) and isinstance(args[0], torch.Tensor) and not args[0].requires_grad
+        return None
+    changes = isinstance(args[0], torch.Tensor) and bool(wanted) != args[0].requires_grad
+    return bool(wanted) if changes else None
 
 
 def _unrecordable(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Fallback | None:
@@ -214,13 +205,8 @@ def _unrecordable(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Fal
         return Fallback(FallbackKind.BACKWARD_IN_FUNCTION, message)
     if func in _HOOK_CALLS:
         return Fallback(FallbackKind.HOOKS_IN_FUNCTION, f"{name} inside the function: hooks on traced tensors are lost")
-    wanted = None
-    if func is torch.Tensor.requires_grad_:
-        wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
-    elif func == _REQUIRES_GRAD_SETTER:  # a new method-wrapper object on every access: compare by ==
-        wanted = args[1]
-    if wanted is not None and isinstance(args[0], torch.Tensor) and bool(wanted) != args[0].requires_grad:
-        message = f"requires_grad_({bool(wanted)}) inside the function is not recorded by the trace"
+    if (wanted := _requires_grad_wanted(func, args, kwargs)) is not None:
+        message = f"requires_grad_({wanted}) inside the function is not recorded by the trace"
         return Fallback(FallbackKind.REQUIRES_GRAD_IN_FUNCTION, message)
     return None
 

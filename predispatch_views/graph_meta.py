@@ -262,7 +262,7 @@ def _requires_grad(
     for n in nodes:
         if graph_ops.is_grad_mode_change(n):
             grad = bool(n.args[0])
-        elif graph_ops.sets_requires_grad(n):  # Note [requires_grad_ inside a function] in function_capture.py
+        elif graph_ops.sets_requires_grad(n):  # Note [requires_grad_ inside a function] in graph_ops.py
             out |= {n, n.args[0]}  # type: ignore[arg-type]
         elif n.op == "call_function" and grad and any(i in out for i in n.all_input_nodes):
             if graph_ops.schema_name(n) != "detach":  # s1822_82: a Function's output of ``c.detach()`` requires none

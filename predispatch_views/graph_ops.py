@@ -352,8 +352,19 @@ def is_opaque_call(node: fx.Node) -> bool:
     return OPAQUE_CALL in node.meta or node.target in (ti.AUTOGRAD_FUNCTION_APPLY, ti.ACTIVATION_CHECKPOINT)
 
 
-def sets_requires_grad(node: fx.Node) -> bool:  # Note [requires_grad_ inside a function] in function_capture.py
-    return node.op == "call_function" and getattr(node.target, "__name__", "") == "requires_grad_set"
+def requires_grad_set(x: torch.Tensor) -> torch.Tensor:
+    """Note [requires_grad_ inside a function]
+    ``x.requires_grad_(True)`` (or ``x.requires_grad = True``) changes no element, so the trace would drop it and
+    every later op would compute as if ``x`` needed no gradient. The capture records it as one call of this function
+    that returns ``x`` itself (like a custom Function marking ``x`` dirty: ``DIRTY_ARGS``), run in eager between
+    two compiled segments (Note [Segments]): the real ``x`` then requires grad, as a leaf, where eager's does, and
+    the segment after it is compiled for an ``x`` requiring grad (graph_meta.py counts the call's result and its
+    argument as requiring grad). ``requires_grad_(False)``, which eager allows on leaves only, is still refused."""
+    return x.requires_grad_(True)
+
+
+def sets_requires_grad(node: fx.Node) -> bool:  # Note [requires_grad_ inside a function]
+    return node.op == "call_function" and node.target is requires_grad_set
 
 
 def is_function_apply(node: fx.Node) -> bool:  # Dynamo's higher-order op for a custom autograd.Function
