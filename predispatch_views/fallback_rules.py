@@ -269,14 +269,14 @@ def unreplayable_mutation(meta: GraphMeta, epilogue: set[fx.Node], duplicated: s
 
 
 def may_save(meta: GraphMeta, base: fx.Node, epilogue: set[fx.Node], duplicated: set[fx.Node]) -> fx.Node | None:
-    """The first differentiable core op computing from ``base`` whose backward may read values. The partitioner may
-    save ``base`` itself for any value the backward needs that is computed from it. Ops whose backward reads no input
+    """The first differentiable core op computing from ``base`` whose backward may read values (not one nothing
+    observes, ``u = a.sin()`` left unused: no backward reaches it, AOTAutograd drops it; s1826_1203). The partitioner
+    may save ``base`` for any value the backward needs that is computed from it. Ops whose backward reads no input
     (``add``, ``mul`` by a number, ``sum``, views...) need none: everything downstream of them is checked in turn."""
-    reached = {base}
+    reached, observed = {base}, _observed(meta)
     for n in meta.nodes:
-        if (n in epilogue and n not in duplicated) or n.op != "call_function":
-            continue
-        if not any(i in reached or meta.root.get(i) is base for i in n.all_input_nodes):
+        skipped = (n in epilogue and n not in duplicated) or n.op != "call_function" or n not in observed
+        if skipped or not any(i in reached or meta.root.get(i) is base for i in n.all_input_nodes):
             continue
         reached.add(n)
         if n in meta.recorded and not (

@@ -145,8 +145,8 @@ class FallbackKind(enum.Enum):
         "a base the epilogue views, or a value returned as is, that the compiled region writes through a full view",
         "`the compiled region writes to <base> through a view (<mutation>), and the epilogue views it` (or `and "
         "returns it, which eager returns as no view`) `: AOTAutograd would return it as an alias of its own base`",
-        "AOTAutograd regenerates it as a view of the functional result: a view where eager returns none (s53_155), or "
-        "a base made inside its autograd.Function, whose replayed views refuse eager's in-place writes.",
+        "AOTAutograd regenerates it as a view of the functional result. Cut before the write instead (Note [A write "
+        "through a view of a base the epilogue views]), but for a hidden write to a storage a recorded node saved.",
         "output_rules.py",
         "AOTAutograd would return it as an alias of its own base",
     )

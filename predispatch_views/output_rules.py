@@ -30,10 +30,22 @@ only where the compiled backward may read a value computed from it: a tag forces
 backward needs it or not, and the partitioner then saves the family's own inputs (fuzzer s1701_525,
 ``compile_function``: ``t5 = ScaledClone.apply(a)`` viewed by the epilogue, a random draw elsewhere in the core;
 the backward saved the input ``a``, which the caller then wrote).
+
+Note [A write through a view of a base the epilogue views]
+``y = x.mul(2); y.unsqueeze(0).mul_(3); return y.split(2)``: a write through a view covering all of a base the
+epilogue views comes back from AOTAutograd as an alias of the functional result (core_writes_through_a_view). The
+program is cut before the write, or before the grad-mode region holding it (Note [Segments]): ``y`` leaves the
+first segment as a plain output, and the next one writes it as an input, which AOTAutograd applies to the real
+tensor with ``copy_``; that segment's epilogue views the real ``y``, or returns it as it is (fuzzer s53_155: stock
+returns ``y`` as a view). Not for a write hidden from autograd (under no_grad, or through ``detach``) with grad
+mode on, to a storage a node autograd records earlier saves a value of: a compiled function bumps the version of
+an input it writes that way twice, stock's too, and eager's backward error names the count ("Exp, is at version 1;
+expected version 0").
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection
 
 import torch
@@ -42,8 +54,9 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
-from .graph_meta import GraphMeta, is_any_view, numel
+from .graph_meta import GraphMeta, hidden_from_autograd, is_any_view, numel, start_of_grad_mode_region
 from .saved_aliases import result_watch_name
+from .saved_value_rules import saved_values
 
 
 def unreproduced_output_alias(
@@ -155,8 +168,31 @@ def core_writes_through_a_view(meta: GraphMeta, epilogue: set[fx.Node], external
                     FallbackKind.CORE_WRITES_THROUGH_A_VIEW,
                     f"the compiled region writes to {base.name} through a view ({m.name}), and {what}: "
                     "AOTAutograd would return it as an alias of its own base",
+                    cut_after=_cut_before_the_write(meta, m, target),
                 )
     return None
+
+
+def _cut_before_the_write(meta: GraphMeta, write: fx.Node, target: fx.Node) -> fx.Node | None:
+    """The node to cut after (Note [A write through a view of a base the epilogue views]); None where no cut helps."""
+    root = meta.root.get(target, target)
+    if (
+        meta.grad_enabled
+        and hidden_from_autograd(meta, write, target)
+        and any(meta.root.get(v, v) is root for n in _savers_before(meta, write) for v in saved_values(n))
+    ):
+        return None
+    start = start_of_grad_mode_region(meta, write)  # each segment ends in the grad mode it began in
+    return meta.nodes[meta.order[start] - 1] if meta.order[start] > 0 else None
+
+
+def _savers_before(meta: GraphMeta, write: fx.Node) -> list[fx.Node]:
+    """The nodes autograd records before ``write`` that may save a value (not views: they save none)."""
+    return [
+        n
+        for n in meta.nodes[: meta.order[write]]
+        if n in meta.recorded and not is_any_view(n) and n.target is not operator.getitem
+    ]
 
 
 def bases_to_recompute(

@@ -58,7 +58,7 @@ def write_to_a_value_a_backward_saved(meta: GraphMeta) -> Fallback | None:
                 touched += [root, saver, *([value] if value.op == "call_function" else [])]
                 first_write = first_write or (n, saver)
         if n in meta.recorded and n.op in ("call_function", "call_method"):
-            for value in _saved_values(n):
+            for value in saved_values(n):
                 saved.setdefault(meta.root.get(value, value), (n, value))
     roots = {r for r in touched if r in saved}
     writes = [m for m in meta.nodes if any(meta.root.get(w, w) in roots for w in graph_ops.written_args(m))]
@@ -88,9 +88,11 @@ def writes_to_saved_values(meta: GraphMeta) -> bool:
     return write_to_a_value_a_backward_saved(dataclasses.replace(meta, cut_around_saved_writes=True)) is not None
 
 
-def _saved_values(n: fx.Node) -> list[fx.Node]:
+def saved_values(n: fx.Node) -> list[fx.Node]:
+    """The values a call's backward may read: the arguments and result ``saved_by_backward`` names, or all of them
+    where that is unknown."""
     reads = graph_ops.saved_by_backward(n)
-    if reads is None:  # unknown: it may save any argument and its result
+    if reads is None:
         return [*n.all_input_nodes, n]
     inputs, result = reads
     return [*inputs, n] if result else list(inputs)

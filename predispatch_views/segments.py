@@ -5,7 +5,9 @@ Note [Segments]
 The epilogue runs after the whole core (Note [Which nodes the epilogue replays] in analysis.py). Some
 mutations cannot move there: a write through a view that compiled code reads afterwards, a random in-place op
 that compiled code reads, a write to a base whose later reader may save it, a replayed copy of values that
-compiled code writes afterwards. The rule that finds one (fallback_rules.py) names it as ``cut_after``.
+compiled code writes afterwards. The rule that finds one (fallback_rules.py) names it as ``cut_after`` (a
+write through a full view of a base the epilogue views names the node before it: Note [A write through a view
+of a base the epilogue views] in output_rules.py).
 Instead of falling back, ``cut`` splits the pre-dispatch graph right after that node, in program order:
 - ``first``: every node up to the cut node; it returns every value of its own that the second half or the
   program's outputs read (the crossing values), so its own epilogue replays the views among them;

@@ -313,3 +313,28 @@ def test_a_size_read_after_a_metadata_write(write: str, graph_break: bool) -> No
     fn = _metadata_write_program(write, graph_break)
     compiled = torch.compile(fn, backend=pv.backend("aot_eager"), dynamic=True)
     _check_every_size(fn, compiled, [(4, 3), (6, 5), (5, 7)])
+
+
+def scaled_by_a_symbolic_int_then_written(a: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    total = a.sum(2)
+    scaled = total.mul(k)  # k is a SymInt once the int is dynamic: mul's backward reads k, never ``total``
+    flat = total.view(-1)
+    activated = total.tanh()
+    part = flat[1:3]
+    flat.unsqueeze_(1)  # a write to ``total``'s storage after the views: replayed in the epilogue
+    return activated, part, scaled
+
+
+@pytest.mark.parametrize("how", ["dynamic=True", "automatic"])
+def test_a_write_after_mul_by_a_symbolic_int(how: str) -> None:
+    """Fuzzer s1826_747: what ``mul`` by a SymInt saves was asked of torch with the SymInt itself, the trace failed,
+    and the answer "anything may be read" made the later ``unsqueeze_`` of its input fall back (strict raises)."""
+    fn = scaled_by_a_symbolic_int_then_written
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        fn, backend=pv.backend("aot_eager", strict=True), dynamic=True if how != "automatic" else None
+    )
+    for n, k in [(2, 1), (4, 4), (3, 2)]:
+        assert_matches_eager(fn, compiled, lambda n=n, k=k: [_leaf(1, 4, n), k])
+        outs, expected = compiled(_leaf(1, 4, n), k), fn(_leaf(1, 4, n), k)
+        assert outs[1]._is_view() and expected[1]._is_view()

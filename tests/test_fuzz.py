@@ -1263,3 +1263,17 @@ def test_s1826_889_an_uncompiled_segment_that_raises_under_no_grad_restores_grad
     run = run_program(program, by_label["prototype_fn[aot_eager]"])
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
     assert run.fallbacks == []
+
+
+@pytest.mark.parametrize("index", [229, 835, 1240, 2365])
+def test_a_write_through_a_full_view_of_a_viewed_base_is_cut_before(index: int) -> None:
+    """These fell back to stock: the compiled region wrote a base the epilogue views through a view covering all of
+    it (``t4 = F.dropout(t3, 0.5, False)``, eager's t3 itself, then ``t4.mul_(-1.0)``; s1826_835, where stock's
+    forward value is wrong). The program is now cut before the write (Note [A write through a view of a base the
+    epilogue views]) and matches eager with no fallback."""
+    program = generate(1826, index, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label["prototype[aot_eager]"])
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()
+    assert run.fallbacks == []

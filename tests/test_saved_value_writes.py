@@ -133,3 +133,39 @@ def test_the_program_is_compiled_in_segments(name: str) -> None:
     explained = pv.explain(program, *fresh_inputs())
     assert explained.program.segments
     assert " through " in str(explained)  # the run in eager, named from its first node through its last write
+
+
+def write_after_an_unused_saver(x: torch.Tensor) -> Any:
+    y = x.mul(2)
+    unused = y.sin()  # noqa: F841  sin saves y, but no gradient ever reaches its node
+    a, b = y.split(2)
+    with torch.no_grad():
+        y.mul_(3)  # replayed after the views
+    return a, b
+
+
+def input_write_after_an_unused_saver(x: torch.Tensor) -> Any:
+    unused = x.sin()  # noqa: F841
+    t = x.expand(2, *x.shape)
+    t.unsqueeze_(3)  # a metadata write of x's view: bumps x's version
+    return (t,)
+
+
+@pytest.mark.parametrize("entry", ["backend", "backend_dynamic", "compile_function"])
+@pytest.mark.parametrize("fn", [write_after_an_unused_saver, input_write_after_an_unused_saver])
+def test_a_saver_nothing_observes_saves_nothing_that_counts(fn: Callable[..., Any], entry: str) -> None:
+    """fallback_rules.may_save: an unused ``sin`` made the write after the views fall back ("sin of the compiled
+    region may save it", fuzzer s1826_1203). Eager's node is never reached by a backward, and AOTAutograd drops the
+    node: the program is replayed with no fallback (strict) and matches eager."""
+    from tests.parity_utils import assert_matches_eager, strict_compiled
+
+    def make_inputs() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        return [torch.randn(4, 3, requires_grad=True).mul(1)]
+
+    if entry == "backend_dynamic":
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=pv.backend("aot_eager", strict=True), dynamic=True)
+    else:
+        compiled = strict_compiled(fn, entry)
+    assert_matches_eager(fn, compiled, make_inputs)

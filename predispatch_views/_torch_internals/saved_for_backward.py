@@ -30,9 +30,9 @@ _ALIASES = {operator.getitem, torch.ops.aten.detach.default, torch.ops.aten.alia
 
 
 def _hint(x: Any) -> Any:
-    """A concrete value for a size (a SymInt's hint); anything else as it is."""
-    if isinstance(x, torch.SymInt):
-        return x.node.hint if x.node.hint is not None else 2
+    """A concrete value for a size (a SymInt's or SymFloat's hint); anything else as it is."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
+        return x.node.hint if x.node.hint is not None else (2 if isinstance(x, torch.SymInt) else 2.0)
     return x
 
 
@@ -85,7 +85,22 @@ def _cached(cache: dict[Any, Any], compute: Any, op: Any, args: tuple[Any, ...],
 
 
 def _reads(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BackwardReads | None:
+    """A symbolic number (``mul`` by a SymInt under dynamic shapes) is traced as its hint, and again as the hint plus
+    one: a backward formula may read nothing for one value (``pow`` by 0) and an input for the others. The union of
+    both answers, or None where either trace fails."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
+    symbolic = [k for k, v in enumerate(leaves) if isinstance(v, (torch.SymInt, torch.SymFloat))]
+    answers = []
+    for shift in (0, 1) if symbolic else (0,):
+        concrete = [_hint(v) + shift if k in symbolic else v for k, v in enumerate(leaves)]
+        answers.append(_reads_of(op, concrete, spec))
+    if any(a is None for a in answers):
+        return None
+    return BackwardReads(frozenset().union(*(a.inputs for a in answers)), any(a.result for a in answers))
+
+
+def _reads_of(op: Any, leaves: list[Any], spec: Any) -> BackwardReads | None:
+    args, kwargs = pytree.tree_unflatten(leaves, spec)
     positions = [k for k, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
     written = _written_leaves(op, args, kwargs)
     schema = getattr(op, "_schema", None)
