@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from torch import fx
 
 from . import fallback_rules as rules
-from . import graph_break_rules, graph_ops, output_rules
+from . import graph_break_rules, graph_ops, output_rules, storage_rules
 from .fallbacks import Fallback
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, graph_meta, is_any_view
 from .saved_value_rules import write_to_a_value_a_backward_saved
@@ -134,7 +134,7 @@ def _hidden_aliased_input_writes(meta: GraphMeta) -> list[fx.Node]:
 def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSelection | Fallback:
     fallback = rules.call_to_run_eagerly(meta) or rules.input_write_its_backward_reads(meta)
     fallback = fallback or write_to_a_value_a_backward_saved(meta)
-    if (fallback := fallback or rules.storage_change(meta)) is not None:
+    if (fallback := fallback or storage_rules.storage_change(meta)) is not None:
         return fallback
     # Note [An eval dropout of an input the core reads]: which dropouts stay depends on what the core reads.
     epilogue = _epilogue(meta, replay_aliased_input_writes, frozenset())

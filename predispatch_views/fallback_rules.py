@@ -138,30 +138,6 @@ def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:
     )
 
 
-def storage_change(meta: GraphMeta) -> Fallback | None:
-    for n in meta.mutations:
-        if graph_ops.is_storage_mutation(n) and not _resizes_only_fresh_tensors(meta, n):
-            message = f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})"
-            return Fallback(FallbackKind.STORAGE_CHANGE, message)
-    return None
-
-
-def _resizes_only_fresh_tensors(meta: GraphMeta, n: fx.Node) -> bool:
-    """An out= call that resizes out tensors the graph made itself (``o = torch.empty(0); torch.sin(x, out=o)``),
-    none of which anything aliases before the call: no other tensor sees the old storage, and AOTAutograd's
-    functionalization gives the out tensor its new one as eager does. Not ``resize_``/``set_`` themselves. An out
-    tensor it does not resize is written in place, as by any in-place call (``torch.sort(a, 0, out=(a, i))``)."""
-    if graph_ops.schema_name(n) in graph_ops.STORAGE_MUTATIONS:
-        return False
-    order = meta.order
-    for w in graph_ops.resized_args(n):
-        if w.op == "placeholder" or meta.root.get(w) is not w:
-            return False
-        if any(meta.root.get(a) is w and a is not w and order[a] < order[n] for a in meta.nodes):
-            return False
-    return True
-
-
 def replay_order(meta: GraphMeta, epilogue: set[fx.Node], recomputable: Callable[[fx.Node], bool]) -> Fallback | None:
     """Replaying E after the whole core must not change what any core node sees.
 

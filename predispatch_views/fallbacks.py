@@ -21,11 +21,11 @@ class FallbackKind(enum.Enum):
     """Why a program falls back: each member's value is its entry in the docs' lists."""
 
     STORAGE_CHANGE = FallbackReason(
-        "`resize_`/`set_`, or an `out=` call that resizes its out tensor, anywhere in the graph (a storage change) "
-        "(compile_function compiles an `out=` call that resizes only tensors the function made, unaliased)",
+        "`resize_`/`set_`, or an `out=` call that resizes its out tensor (a storage change; `set_` runs in eager "
+        "between segments where it can; compile_function compiles an `out=` call resizing only its own tensors)",
         "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
-        "functionalization cannot express a storage swap; a replayed view would see another storage than eager's.",
-        "fallback_rules.py",
+        "functionalization cannot express a storage swap (Note [set_ between segments] says where a cut helps).",
+        "storage_rules.py",
         "changes a tensor's storage",
     )
     READ_AFTER_UNRECOMPUTABLE_MUTATION = FallbackReason(

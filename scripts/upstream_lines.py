@@ -55,6 +55,7 @@ STAGES = {
         "graph_ops.py",
         "fallbacks.py",
         "saved_value_rules.py",
+        "storage_rules.py",
         "function_rules.py",
     ],
     "slicing and segments": [
