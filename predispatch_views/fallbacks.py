@@ -21,8 +21,8 @@ class FallbackKind(enum.Enum):
     """Why a program falls back: each member's value is its entry in the docs' lists."""
 
     STORAGE_CHANGE = FallbackReason(
-        "`resize_`/`set_`, or an `out=` call that resizes its out tensor (a storage change; `set_` runs in eager "
-        "between segments where it can; compile_function compiles an `out=` call resizing only its own tensors)",
+        "`resize_`/`set_`, or an `out=` call that resizes its out tensor (a storage change; `set_`/`resize_` run in "
+        "eager between segments where they can; compile_function compiles an `out=` call resizing its own tensors)",
         "`<op> changes a tensor's storage` (`resize_`, `resize_as_`, `set_`)",
         "functionalization cannot express a storage swap (Note [set_ between segments] says where a cut helps).",
         "storage_rules.py",

@@ -3,13 +3,14 @@
 Note [set_ between segments]
 Functionalization cannot express a storage swap, and a replayed view would see another storage than eager's, so
 a graph with one used to fall back (compile_function ran the function eagerly). ``with torch.no_grad():
-a.set_(b)`` is cut around instead (Note [Segments]): the program before it is compiled, the grad-mode region
-holding it runs in eager on the real tensors, and the program after it is compiled, handed ``a`` as eager left it,
-sharing ``b``'s storage (a segment whose inputs alias each other, as a graph after a graph break). Not where an
-alias of the swapped storage taken before ``set_`` is read after it (``a_view = a.view(-1); a.set_(t);
-a_view.mul_(2)``): that view keeps the old storage while its ``_base`` has the new one, and AOTAutograd regenerates
-it with ``as_strided``. ``resize_`` and resizing out= calls still fall back. A segment AOTAutograd refuses (inputs
-sharing storage with mixed ``._base`` states, upstream ``test_set__and_data_mutation_good``) falls back as before.
+a.set_(b)``, or ``y.resize_(12)``, is cut around instead (Note [Segments]): the program before it is compiled, the
+grad-mode region holding it runs in eager on the real tensors, and the program after it is compiled, handed ``a``
+as eager left it (sharing ``b``'s storage: a segment whose inputs alias each other, as a graph after a graph
+break). Not where an alias of the changed storage taken before the call is read after it (``a_view = a.view(-1);
+a.set_(t); a_view.mul_(2)``): that view keeps the old storage while its ``_base`` has the new one, and AOTAutograd
+regenerates it with ``as_strided``. An out= call that resizes its out tensor still falls back. A segment
+AOTAutograd refuses (inputs sharing storage with mixed ``._base`` states, upstream
+``test_set__and_data_mutation_good``) falls back as before.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def storage_change(meta: GraphMeta) -> Fallback | None:
     for n in meta.mutations:
         if graph_ops.is_storage_mutation(n) and not _resizes_only_fresh_tensors(meta, n):
             message = f"{graph_ops.op_name(n)} changes a tensor's storage ({n.name})"
-            if graph_ops.schema_name(n) != "set_" or _views_kept_across(meta, n):
+            if graph_ops.schema_name(n) not in graph_ops.STORAGE_MUTATIONS or _views_kept_across(meta, n):
                 return Fallback(FallbackKind.STORAGE_CHANGE, message)
             return Fallback(FallbackKind.STORAGE_CHANGE, message, cut_after=n, run_eagerly=True, eagerly_through=n)
     return None

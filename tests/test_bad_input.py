@@ -89,6 +89,13 @@ def resize_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return y.split(4)
 
 
+def resize_under_a_kept_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.mul(2)
+    row = y[0]  # keeps y's old storage once resize_ grows it
+    y.resize_(5, 4)
+    return row, *y[:3].split(1)
+
+
 def set_input(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
     x.set_(z)
     return x.mul(2).unbind(0)
@@ -108,9 +115,8 @@ def seed_then_draw(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 FALLBACK_PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]], str]] = {
     "manual_seed": (seed_then_draw, lambda: [_arange(3, 4)], "sets the random number generator"),
-    "resize_input": (resize_input, lambda: [_arange(3, 4)], "aten.resize_.default changes a tensor's storage"),
-    "resize_intermediate": (
-        resize_intermediate,
+    "resize_under_a_kept_view": (
+        resize_under_a_kept_view,
         lambda: [_arange(3, 4)],  # eager refuses to resize a tensor that requires grad
         "aten.resize_.default changes a tensor's storage",
     ),
@@ -152,10 +158,10 @@ def test_unreplayable_program_in_strict_mode_raises_the_reason(name: str) -> Non
         compiled(*make_inputs())
 
 
-@pytest.mark.parametrize("name", sorted(set(FALLBACK_PROGRAMS) - {"set_"}))
+@pytest.mark.parametrize("name", sorted(set(FALLBACK_PROGRAMS) - {"set_", "resize_under_a_kept_view"}))
 def test_unreplayable_program_under_dynamo_matches_eager_and_stock(name: str) -> None:
-    """Dynamo graph-breaks on these ops: the rest compiles (strict: no fallback needed) and matches eager. (Dynamo
-    traces set_: the kept view's graph reaches the backend whole and falls back to stock.)"""
+    """Dynamo graph-breaks on these ops: the rest compiles (strict: no fallback needed) and matches eager. (A storage
+    change under a kept view reaches the backend whole where Dynamo traces it, and falls back to stock.)"""
     fn, make_inputs, _ = FALLBACK_PROGRAMS[name]
     expected = observe(fn, make_inputs)
     actual = observe(torch.compile(fn, backend=pv.backend("aot_eager", strict=True)), make_inputs)
@@ -365,15 +371,17 @@ def set_steals_a_view_chain(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Ten
     "fn, make_inputs",
     [
         (set_input, lambda: [_arange(3, 4), torch.ones(2, 5)]),
+        (resize_input, lambda: [_arange(3, 4)]),
+        (resize_intermediate, lambda: [_arange(3, 4)]),
         (set_inside_no_grad, lambda: [_arange(3, 4)]),
         (set_steals_a_view_chain, lambda: [_arange(3, 4), _arange(3, 12)]),
     ],
 )
-def test_a_set_runs_in_eager_between_segments(
+def test_a_storage_change_runs_in_eager_between_segments(
     fn: Callable[..., Any], make_inputs: Callable[[], list[Any]], entry: str
 ) -> None:
     """Note [set_ between segments]: compile_function ran these eagerly ("changes a tensor's storage"); the program
-    is now cut around the set_, which runs on the real tensors, and matches eager with no fallback (strict)."""
+    is now cut around the set_ or resize_, which runs on the real tensors, and matches eager with no fallback."""
     torch._dynamo.reset()
     compiled = (
         pv.compile_function(fn, inner="aot_eager", strict=True)
