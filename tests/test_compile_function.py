@@ -388,8 +388,9 @@ def _ignores_y(x: torch.Tensor, y: torch.Tensor) -> Any:
 
 def _ignores_y_on_a_fallback(x: torch.Tensor, y: torch.Tensor) -> Any:
     z = x.mul(2)
-    z.detach().resize_(6)  # a storage change of an intermediate: the program falls back to stock
-    return z.unbind(0)
+    row = z[1]
+    z.detach().resize_(6)  # a storage change under a view kept across it: the program falls back
+    return row, *z.unbind(0)
 
 
 def _values_and_grads(fn: Callable[..., Any], inputs: list[torch.Tensor], leaves: list[torch.Tensor]) -> list[Any]:
