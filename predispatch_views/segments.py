@@ -48,8 +48,10 @@ it sees the alias eager's has (s1812_2373: a no_grad write to that input's base 
 Where the part after the call is refused for a node of its own (a no_grad or hidden write of the call's view, whose
 ``grad_fn`` AOTAutograd would read, s1701_803; a write of a handed restricted view; a read of one whose base was
 written), the uncompiled part runs through that node too, as eager runs it (``RunEagerlyThrough``; s1826_125).
-Each half is one more compiled function per call (AOTAutograd's runtime wrappers, one autograd node):
-scripts/core_parts_cost.py measures what a part costs; a segment costs the same.
+Where the call writes a value the part before it may save (segment_savers.py), the uncompiled part starts at that
+saver, whose node is then eager's own (``RunEagerlyFrom``; s1826_1926), unless a later hidden write of that
+storage would be compiled (segment_savers.hidden_write_after). Each half is one more compiled function per call
+(AOTAutograd's runtime wrappers, one autograd node): scripts/core_parts_cost.py measures it; a segment the same.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ from .graph_meta import (
     through_a_copy,
 )
 from .segment_runtime import restoring_grad_mode, segments_runtime
-from .segment_savers import RunEagerlyThrough, compiled_saver, eager_write_refused
+from .segment_savers import RunEagerlyFrom, RunEagerlyThrough, compiled_saver, eager_write_refused, hidden_write_after
 
 log = logging.getLogger("predispatch_views")
 
@@ -127,9 +129,20 @@ def compile_in_segments(
     ``compile_half`` (the pipeline, one cut fewer), and the runtime that calls them in order; None where it cannot
     be cut there or a stage would fall back."""
     plan = cut(meta, at, run_eagerly=run_eagerly, through=through)
-    while run_eagerly and isinstance(plan, RunEagerlyThrough) and meta.order[plan.node] > meta.order[through or at]:
-        log.debug("cut around %s through %s: %s", at.name, plan.node.name, plan)  # Note [Segments], the last case
-        plan = cut(meta, at, run_eagerly=True, through=(through := plan.node))
+    while run_eagerly:  # Note [Segments], the last case: a wider uncompiled segment
+        if isinstance(plan, RunEagerlyThrough) and meta.order[plan.node] > meta.order[through or at]:
+            log.debug("cut around %s through %s: %s", at.name, plan.node.name, plan)
+            plan = cut(meta, at, run_eagerly=True, through=(through := plan.node))
+        elif (
+            isinstance(plan, RunEagerlyFrom)
+            and meta.order[plan.node] < meta.order[at]
+            and not hidden_write_after(meta, through or at, plan.root, at)
+        ):
+            log.debug("cut around %s from %s: %s", at.name, plan.node.name, plan)
+            through, at = through or at, plan.node
+            plan = cut(meta, at, run_eagerly=True, through=through)
+        else:
+            break
     if isinstance(plan, str):
         log.debug("not cut at %s: %s", at.name, plan)
         return None
@@ -155,8 +168,9 @@ def compile_in_segments(
 
 def _computes(program: Any) -> bool:
     """Whether a compiled segment (a pipeline.CompiledProgram) compiles an op other than a view."""
-    if program.sliced is None:  # a cut program (what its segments compile), or one compiled some other way
-        return any(map(_computes, program.segments)) or not program.segments
+    if program.sliced is None:  # a cut program (what its segments compile; none: it runs in eager), or another
+        cut = any(note.startswith("cut ") for note in program.notes)
+        return any(map(_computes, program.segments)) or not (program.segments or cut)
     ops = (n for n in program.sliced.core.graph.nodes if n.op in ("call_function", "call_method"))
     return any(n.target is not operator.getitem and not is_any_view(n) for n in ops)
 

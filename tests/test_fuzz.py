@@ -1277,3 +1277,28 @@ def test_a_write_through_a_full_view_of_a_viewed_base_is_cut_before(index: int) 
     run = run_program(program, by_label["prototype[aot_eager]"])
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
     assert run.fallbacks == []
+
+
+def test_s1826_1926_the_uncompiled_segment_of_a_dirty_call_starts_at_the_saver() -> None:
+    """``t0.sin_(); t1 = t0[1:2]; t2 = MarkDirty.apply(t0)``: the cut around the call was refused (the compiled
+    ``sin_`` before it may save t0, which the call writes) and the graph fell back to stock, whose grad_fn differs
+    from eager's; the uncompiled segment now starts at ``sin_`` (``RunEagerlyFrom``)."""
+    program = generate(1826, 1926, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    for label in ("prototype[aot_eager]", "prototype_fn[aot_eager]"):
+        run = run_program(program, by_label[label])
+        assert classify(reference, run).kind == "match", classify(reference, run).describe()
+        assert run.fallbacks == []
+
+
+def test_s1826_426_the_uncompiled_segment_does_not_start_earlier_before_a_hidden_write() -> None:
+    """Starting the uncompiled segment at ``exp`` left the later no_grad ``torch.sub(t2, t2, out=t0)`` to a compiled
+    segment, whose version bump under aot_eager is one more than eager's: the backward's error said "Exp, is at
+    version 5" where eager's says 4. The extension is refused there (segment_savers.hidden_write_after): the graph
+    falls back as before and matches eager."""
+    program = generate(1826, 426, ALL)
+    by_label = {s.label: s for s in fuzz_strategies("aot_eager", ALL)}
+    reference = run_program(program, eager())
+    run = run_program(program, by_label["prototype[aot_eager]"])
+    assert classify(reference, run).kind == "match", classify(reference, run).describe()

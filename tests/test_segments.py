@@ -698,3 +698,30 @@ def test_a_hidden_write_of_a_saved_value_through_a_full_view_is_not_cut(fn: Call
     )
     assert_matches_eager(fn, compiled, _seeded(lambda: [torch.randn(4, 3, requires_grad=True)]))
     assert any("through a view" in reason for _, reason in pv.FALLBACKS), list(pv.FALLBACKS)
+
+
+def dirty_call_after_a_saving_write(a: torch.Tensor) -> Any:
+    t0 = a.clone()
+    t0.sin_()  # a compiled segment before the call may save t0, which MarkDirty then writes
+    t1 = t0[1:2]
+    t2 = MarkDirty.apply(t0)
+    return t1, t2
+
+
+def dirty_call_after_a_saving_producer(a: torch.Tensor) -> Any:
+    t0 = a.exp()  # exp saves its result, which MarkDirty writes: eager's backward raises at ExpBackward0
+    t1 = t0.expand_as(t0)
+    t2 = MarkDirty.apply(t0)
+    return t1, t2.mul(2).split(2)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+@pytest.mark.parametrize("fn", [dirty_call_after_a_saving_write, dirty_call_after_a_saving_producer])
+def test_the_uncompiled_segment_of_a_dirty_call_starts_at_the_saver(fn: Callable[..., Any], entry: str) -> None:
+    """The cut around a custom Function marking its input dirty was refused where the compiled segment before the
+    call may save the value the call writes (fuzzer s1826_1926): the uncompiled segment now starts at that saver
+    (``RunEagerlyFrom``), so eager's own node saves what eager's saves, and the program matches eager with no
+    fallback (strict), its backward's version error included."""
+    torch._dynamo.reset()
+    compiled = strict_compiled(fn, entry)
+    assert_matches_eager(fn, compiled, _seeded(lambda: [torch.randn(4, 3, requires_grad=True).mul(1)]))
