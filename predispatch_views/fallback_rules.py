@@ -50,7 +50,7 @@ from torch import fx
 
 from . import graph_ops, output_rules
 from .fallbacks import Fallback, FallbackKind
-from .graph_meta import GraphMeta, is_any_view, may_be_written_at_break, taken_at
+from .graph_meta import GraphMeta, grad_mode_before, is_any_view, may_be_written_at_break, taken_at
 
 
 def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
@@ -61,7 +61,7 @@ def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:
     live = _observed(meta) if any(graph_ops.runs_eagerly(n) for n in meta.nodes) else set()
     for n in (n for n in meta.nodes if n in live or graph_ops.written_args(n)):
         if (what := graph_ops.runs_eagerly(n)) is not None and graph_ops.is_metadata_mutation(n):
-            return _metadata_mutation_to_run_eagerly(n, what)
+            return _metadata_mutation_to_run_eagerly(n, what, grad_mode_before(meta, n) != meta.grad_enabled)
         if what is not None and not graph_ops.is_opaque_call(n):  # function_rules.py, _mark_overlapping_writes
             return Fallback(FallbackKind.UNFAITHFUL_TRACE_IN_FUNCTION, what, cut_after=n, run_eagerly=True)
         if what is not None and graph_ops.written_args(n):  # ctx.mark_dirty: written in place and returned
@@ -116,9 +116,9 @@ def _observed(meta: GraphMeta) -> set[fx.Node]:
     return graph_ops.reaching([meta.output, *effects])
 
 
-def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:
+def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str, in_a_region: bool) -> Fallback:
     """compile_function: a metadata mutation of an input marked to run in eager (function_rules.py,
-    ``mark_calls_to_run_eagerly``); this is the reason where the cut around it is refused."""
+    ``mark_calls_to_run_eagerly``); the reason where the cut around it is refused."""
     target = graph_ops.mutated_input(n)
     while target is not None and graph_ops.mutated_input(target) is not None:  # a chain of in-place calls
         target = graph_ops.mutated_input(target)
@@ -129,6 +129,7 @@ def _metadata_mutation_to_run_eagerly(n: fx.Node, what: str) -> Fallback:
             "after the compiled region in one step (or not at all), not with eager's version bumps",
             cut_after=n,
             run_eagerly=True,
+            eagerly_through=n if in_a_region else None,  # a no_grad set_: the whole region runs in eager
         )
     return Fallback(
         FallbackKind.INPUT_METADATA_MUTATION_IN_FUNCTION,

@@ -389,3 +389,20 @@ def test_a_storage_change_runs_in_eager_between_segments(
         else torch.compile(fn, backend=pv.backend("aot_eager", strict=True))
     )
     assert_same(observe(compiled, make_inputs), observe(fn, make_inputs))
+
+
+def set_and_set_back(a: torch.Tensor) -> tuple[torch.Tensor, ...]:  # upstream test_input_mutation_set__nop
+    b = torch.arange(12, dtype=a.dtype)
+    a_old = torch.ops.aten.alias.default(a)
+    with torch.no_grad():
+        a.set_(b)
+        a.set_(a_old)
+    return (a + b.reshape(3, 4)).unbind(0)
+
+
+def test_an_input_metadata_mutation_inside_no_grad_runs_in_eager_with_its_region() -> None:
+    """compile_function refused the cut around ``a.set_(a_old)`` ("the call runs inside a grad-mode region") and ran
+    the function eagerly; the uncompiled segment now holds the whole ``with torch.no_grad()`` region."""
+    make_inputs = lambda: [_arange(3, 4).requires_grad_().mul(1)]  # noqa: E731
+    compiled = pv.compile_function(set_and_set_back, inner="aot_eager", strict=True)
+    assert_same(observe(compiled, make_inputs), observe(set_and_set_back, make_inputs))
