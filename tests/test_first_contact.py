@@ -178,8 +178,9 @@ def test_fallback_entries_name_the_function_and_its_file_line() -> None:
 
     def resize_then_split(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         y = x.mul(2)
+        row = y[0]  # a view kept across the storage change: the program falls back (Note [set_ between segments])
         y.resize_(12)
-        return y.split(4)
+        return row, *y.split(4)
 
     pv.FALLBACKS.clear()
     pv.compile_function(resize_then_split)(torch.arange(12.0).reshape(3, 4))
