@@ -48,7 +48,10 @@ A core with any other kind of node (another higher-order op, autocast, a symboli
 What stays as in stock: outputs that share an intermediate share one backward, and so its zero gradients.
 Each part is one more compiled function to call (AOTAutograd's runtime wrappers, one autograd node): about
 0.15-0.25 ms per part per forward+backward on CPU (scripts/core_parts_cost.py, design/05). So the pipeline
-keeps the core whole where no backward can follow: grad mode off, or no input requiring grad.
+keeps the core whole where no backward can follow: grad mode off, or no input requiring grad. And a part that
+reads no tensor input and computes nothing that requires grad (a constant made on each call, as ``torch.arange``
+for a cache's positions: mistral_sliding had two such parts) joins another part: it has no autograd node to keep
+apart.
 """
 
 from __future__ import annotations
@@ -227,6 +230,12 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     # A part with no output, no input write and no side effect is dead code: AOTAutograd would drop it too.
     effects = {find(("written input", g)) for g in written} | {find(n) for n in ordered}
     kept = [r for r in members if r in out_positions or r in effects]
+    if inert := [r for r in kept if r not in effects and _inert(members[r])]:  # the Note's last paragraph
+        into = next((r for r in kept if r not in inert), inert[0])
+        for r in (r for r in inert if r is not into):
+            members[into] += members.pop(r)
+            out_positions[into] = sorted(out_positions.get(into, []) + out_positions.pop(r))
+        kept = [r for r in kept if r in members]
     unread = any(not p.users for p in tensors)
     if not kept or (len(kept) == 1 and len(members) == 1 and not unread):
         return _whole(core)
@@ -235,6 +244,19 @@ def split_core(core: fx.GraphModule, input_alias_groups: Sequence[int]) -> tuple
     # to the gradient another path gives it ("add(): argument 'other' must be Tensor, not NoneType", fuzzer
     # s1103_185: a dead ``select`` of a replayed view kept that view an input of the core).
     return tuple(_part(core, nodes, set(members[r]), out_positions.get(r, []), outputs) for r in kept)
+
+
+def _inert(members: list[fx.Node]) -> bool:
+    """A part that reads no tensor input and computes no value that requires grad (a constant it reads included):
+    no autograd node of its own (Note [Independent parts of the core], its last paragraph)."""
+    for n in members:
+        value = n.meta.get("val", n.meta.get("example_value"))
+        if n.op not in ("call_function", "get_attr") or value is None or getattr(value, "requires_grad", False):
+            return False
+        for i in (i for i in n.all_input_nodes if i.op == "placeholder"):
+            if not isinstance(i.meta.get("val", i.meta.get("example_value")), (int, torch.SymInt)):
+                return False
+    return True
 
 
 def _whole(core: fx.GraphModule) -> tuple[CorePart, ...]:

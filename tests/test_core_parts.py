@@ -54,6 +54,11 @@ def draw_beside_a_custom_function(c: torch.Tensor, d: torch.Tensor) -> Any:  # f
     return t0, *ScaledClone.apply(c).unbind(0)  # views: the backend's graph is the prototype's, not stock's
 
 
+def constants_beside_views(x: torch.Tensor) -> Any:  # mistral_sliding's cache positions, shrunk
+    positions = torch.tensor([0, 1, 2])
+    return *x.sin().unbind(0), torch.arange(3).view(3, 1), positions.unsqueeze(0)
+
+
 class NoisyScale(torch.autograd.Function):
     """Its forward draws random numbers: its order among the program's draws is eager's."""
 
@@ -94,6 +99,7 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], tuple[list[torch.Tens
         draw_beside_a_custom_function,
         lambda: ([(c := _leaf(2)).mul(1), (d := _leaf(2, 2)).mul(1)], [c, d]),
     ),
+    "constants_beside_views": (constants_beside_views, lambda: ([(x := _leaf(3, 2)).mul(1)], [x])),
     "unrelated_input_write": (
         unrelated_input_write,
         lambda: ([(c := _leaf(3)).mul(1), (e := _leaf(2, 3)).mul(1)], [c, e]),
@@ -297,6 +303,22 @@ def test_a_core_that_ends_in_another_grad_mode_stays_whole(toggles: tuple[bool, 
         (graph.call_function(torch.ops.aten.sin.default, (x,)), graph.call_function(torch.ops.aten.cos.default, (y,)))
     )
     assert len(split_core(fx.GraphModule(torch.nn.Module(), graph), [0, 1])) == parts
+
+
+def test_a_part_with_no_input_and_no_grad_joins_another() -> None:
+    """Note [Independent parts of the core], its last paragraph: constants made on each call have no autograd node
+    to keep apart; as parts of their own they cost a compiled function call each (mistral_sliding had two)."""
+    assert len(_sliced(constants_beside_views, [_leaf(3, 2).mul(1)]).parts) == 1
+
+    def constants_only(x: torch.Tensor) -> Any:
+        return torch.arange(4).view(2, 2), torch.tensor([1.0, 2.0]).unsqueeze(1), x.cos().unbind(0)[0]
+
+    assert len(_sliced(constants_only, [_leaf(2, 2).mul(1)]).parts) == 1
+
+    def a_draw(x: torch.Tensor) -> Any:  # a draw keeps its own order: not inert
+        return torch.rand(3).view(3, 1), *x.sin().unbind(0)
+
+    assert len(_sliced(a_draw, [_leaf(3, 2).mul(1)]).parts) == 2
 
 
 def test_the_core_stays_whole_where_no_backward_can_follow() -> None:
