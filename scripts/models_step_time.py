@@ -134,6 +134,50 @@ def _geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
+def _rows_of(markdown_text: str) -> list[ModelTiming]:
+    """The per-model rows of an earlier output, as timings holding each model's median ratio and compile ratio."""
+    rows = []
+    for line in markdown_text.split("## Per model", 1)[1].splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) < 9 or not cells[2][:1].isdigit():
+            continue
+        row = ModelTiming(cells[0], cells[1], ratios=[float(cells[2].split()[0])])
+        row.compile_s = {"stock": 1.0, "flag": float(cells[7])}
+        for part in cells[8].split(";")[0].split(", "):
+            outcome, _, count = part.rpartition(" ")
+            row.outcomes[outcome] = int(count)
+        rows.append(row)
+    return rows
+
+
+def _noise_control(timed: list[ModelTiming]) -> list[str]:
+    """The models whose every graph the flag hands to the inner backend unchanged ("no view outputs" only: the same
+    compiled code as stock's, compiled once more) are an A/A control: their spread is this machine's noise, and the
+    replayed models' geometric mean is read against theirs."""
+    unchanged = [r for r in timed if r.outcomes and set(r.outcomes) == {"no view outputs"}]
+    replayed = [r for r in timed if "replayed" in r.outcomes]
+    lines = [
+        "",
+        "## Noise control",
+        "",
+        'Models the flag leaves unchanged ("no view outputs" on every graph: stock\'s compiled code, compiled again) '
+        "against the models with a replayed graph: geometric mean of the step medians (min-max of the medians).",
+        "",
+        "| models | count | step flag / stock: geometric mean | min | max | compile flag / stock: geometric mean |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, group in (("unchanged (A/A)", unchanged), ("replayed", replayed)):
+        if not group:
+            continue
+        medians = [statistics.median(r.ratios) for r in group]
+        compiles = [r.compile_s["flag"] / r.compile_s["stock"] for r in group]
+        lines.append(
+            f"| {label} | {len(group)} | {_geomean(medians):.3f} | {min(medians):.3f} | {max(medians):.3f} | "
+            f"{_geomean(compiles):.3f} |"
+        )
+    return lines
+
+
 def markdown(rows: list[ModelTiming], command: str, inner: str, rounds: int) -> list[str]:
     timed = [r for r in rows if not r.error]
     step_medians = [statistics.median(r.ratios) for r in timed]
@@ -158,6 +202,7 @@ def markdown(rows: list[ModelTiming], command: str, inner: str, rounds: int) -> 
             f"{statistics.median(worst.ratios):.3f} | {_geomean(compile_ratios):.3f} | "
             f"{sum(not r.same_step for r in timed)} | {sum(bool(r.fallbacks) for r in timed)} |"
         )
+    lines += _noise_control(timed)
     lines += [
         "",
         "## Per model",
@@ -191,7 +236,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--models", default=None, help="only these models (comma separated)")
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument(
+        "--noise-control-of", type=Path, default=None, help="add the noise-control table to an existing output, from "
+        "its per-model rows (nothing is timed)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.noise_control_of is not None:
+        text = args.noise_control_of.read_text()
+        head, _, rest = text.partition("\n## Noise control\n")
+        if rest:  # an earlier table, replaced
+            head += "\n" + rest[rest.index("## Per model") :]
+        lines = _noise_control(_rows_of(head))
+        args.noise_control_of.write_text(head.replace("\n## Per model", "\n".join(lines[1:]) + "\n\n## Per model", 1))
+        return 0
     command = "python scripts/models_step_time.py " + " ".join(argv)
     rows: list[ModelTiming] = []
     with benchmark_environment():
