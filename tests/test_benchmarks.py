@@ -173,6 +173,8 @@ def test_compile_time_measures_each_contender_each_round() -> None:
         ("core_parts_cost.py", ["--inner", "aot_eager", "--heads", "2", "--rounds", "1"], "core-parts-cost.md"),
         ("models_step_time.py", ["--inner", "aot_eager", "--rounds", "1", "--models", "vit_block_unbind"],
          "models-step-time.md"),
+        ("saved_alias_cost.py", ["--inner", "aot_eager", "--models", "bloom", "--rounds", "1", "--number", "2"],
+         "saved-alias-cost.md"),
         ("seed_ratios.py", ["--sizes", "4", "--runs", "1", "--rounds", "1", "--min-run-time", "0.001"],
          "seed-ratios.md"),
         ("partial_use_cost.py", ["--inner", "aot_eager", "--runs", "1", "--rounds", "1", "--rows", "8",
