@@ -29,9 +29,8 @@ class FallbackKind(enum.Enum):
         "changes a tensor's storage",
     )
     READ_AFTER_UNRECOMPUTABLE_MUTATION = FallbackReason(
-        "compiled code that reads a base after a mutation that must be replayed in eager and that the core cannot "
-        "recompute out of place (a write through a view, or under no_grad), where the program cannot be cut in two "
-        "after the mutation (Note [Segments])",
+        "compiled code that reads a base after a mutation replayed in eager that the core cannot recompute out of "
+        "place (a write through a view, or under no_grad), where the program cannot be cut after it (Note [Segments])",
         "`<node> reads <alias> after <mutation> mutated its base (through a view, or under no_grad), and that "
         "mutation must be replayed in eager`",
         "the epilogue runs after the whole core; a write through a view has no out-of-place form the core could "
@@ -41,8 +40,7 @@ class FallbackKind(enum.Enum):
         "mutated its base (through a view, or under",
     )
     READ_OF_ALIAS_TAKEN_BEFORE_MUTATION = FallbackReason(
-        "compiled code that reads an alias taken before a mutation replayed in eager, where the program cannot be cut "
-        "in two after the mutation (Note [Segments])",
+        "compiled code that reads an alias taken before a mutation replayed in eager, uncut there (Note [Segments])",
         "`<node> reads <alias>, an alias taken before <mutation> mutated its base`",
         "the core's copy of that alias would miss the mutation the epilogue replays later.",
         "fallback_rules.py",
@@ -58,8 +56,7 @@ class FallbackKind(enum.Enum):
         "of the compiled region writes afterwards",
     )
     CORE_READS_REPLAYED_MUTATION = FallbackReason(
-        "compiled code that reads a value produced by a mutation replayed in eager, where the program cannot be cut "
-        "in two after the mutation (Note [Segments])",
+        "compiled code that reads a value produced by a mutation replayed in eager, uncut there (Note [Segments])",
         "`the compiled region reads <node>, produced by a mutation replayed in eager`",
         "the same ordering problem for a value derived from such a mutation.",
         "fallback_rules.py",
@@ -154,8 +151,7 @@ class FallbackKind(enum.Enum):
         "an output that aliases an input or another output in the trace but that no replayable view call produces",
         "`output <k> (<node>, <op>) aliases <input or output> in the trace, but no view call the epilogue can replay "
         "produces it`",
-        "computed by the core, it would come back as AOTAutograd regenerates it, not as eager made it (the plan check "
-        "of Note [The invariant] in pipeline.py).",
+        "the core would return it as AOTAutograd regenerates it, not as eager made it (Note [The invariant]).",
         "output_rules.py",
         "the epilogue can replay produces it",
     )
@@ -181,8 +177,7 @@ class FallbackKind(enum.Enum):
     INFERENCE_MODE_IN_GRAPH = FallbackReason(
         "an `inference_mode` region inside a Dynamo graph",
         "`an inference_mode region inside the graph` (Dynamo path)",
-        "pre-dispatch tracing runs `_enter_inference_mode` but does not record it, so the core would compute the "
-        "region with autograd on.",
+        "pre-dispatch tracing runs `_enter_inference_mode` without recording it: the core would run it with autograd.",
         "capture.py",
         "an inference_mode region inside the graph",
     )
@@ -215,8 +210,7 @@ class FallbackKind(enum.Enum):
     )
     AUTOGRAD_FUNCTION_RETURNS_AN_INPUT = FallbackReason(
         "a custom `autograd.Function` whose forward returns an input or a view of one, where the program cannot be "
-        "cut around the call to run it in eager between two compiled segments (Note [Segments]); a checkpointed "
-        "region that returns an input, under Dynamo",
+        "cut around the call to run it in eager (Note [Segments]); a checkpointed region returning an input (Dynamo)",
         "`a custom autograd.Function returns an input (eager returns a view of it, with its own backward; AOTAutograd "
         "would regenerate it from the input around that backward)`",
         "eager's result is a view of the input whose grad_fn is the Function's backward; AOTAutograd regenerates an "
@@ -336,8 +330,7 @@ class FallbackKind(enum.Enum):
         "compiling the captured graph failed",
     )
     RESTRICTED_VIEW_WRITTEN = FallbackReason(
-        "a graph given a view autograd forbids rebasing (a multi-output or no_grad view) that writes an alias of it: "
-        "that call runs the graph uncompiled",
+        "a graph that writes an alias of its input, a view autograd forbids rebasing: that call runs uncompiled",
         "`input <k> is a view autograd forbids rebasing, and the graph writes an alias of it: the graph runs "
         "uncompiled for such calls`",
         "AOTAutograd's autograd.Function reads every input's grad_fn around the write, raising eager's lazy "
@@ -375,6 +368,13 @@ class FallbackKind(enum.Enum):
         "refuses a dead multi-output draw kept as eager draws it (2.13, 2.14.1; s1808_1837).",
         "inner_backend.py",
         "the graph runs uncompiled (Note [Graphs the inner",
+    )
+    EVERY_OP_RUNS_IN_EAGER = FallbackReason(
+        "a graph whose every computing op must run in eager, leaving only views to compile: it runs uncompiled",
+        "`<reason>; cut around <node>, nothing but views would be compiled: every op that computes runs in eager, ...`",
+        "stock's is no faster and often wrong (Note [A graph whose every computing op runs in eager]).",
+        "inner_backend.py",
+        "every op that computes runs in eager, and the graph runs uncompiled",
     )
     INTERNAL_ERROR = FallbackReason(
         "an internal error of the pipeline",

@@ -12,10 +12,12 @@ import torch
 from torch import fx
 
 from . import _torch_internals as ti
+from . import stock_views
 from ._torch_internals.dynamo_traced_code import without_inlined_function_views
 from .fallbacks import Fallback, FallbackKind
 from .labels import graph_label
 from .outcomes import FALLBACKS
+from .program import StrictModeError
 
 log = logging.getLogger("predispatch_views")
 InnerBackend = str | Callable[..., Any]
@@ -128,6 +130,49 @@ def inner_or_uncompiled(
         if result.fallback is None:
             result.fallback = Fallback(FallbackKind.INNER_BACKEND_REJECTED, reason)
         return graph.forward
+
+
+def fall_back_to_stock(
+    result: Any, fallback: Fallback, graph: fx.GraphModule, example_inputs: Sequence[Any],
+    inner_fn: Callable[..., Any], strict: bool,
+) -> Any:  # fmt: skip
+    """``result`` (a pipeline.CompiledProgram) given stock's program of ``graph``, the reason logged."""
+    if strict:
+        raise StrictModeError(fallback.reason)
+    log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, graph_label(graph))
+    FALLBACKS.append((graph_label(graph), fallback.reason))
+    result.fallback = fallback
+    run = inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
+    result.run = stock_views.recording_stock_views(run, result.restricted_outputs)
+    return result
+
+
+def no_fall_back(result: Any, fallback: Fallback, strict: bool) -> Any:
+    """``result`` with its reason and no ``run`` (a segment's, or compile_function's: its caller decides)."""
+    if strict:
+        raise StrictModeError(fallback.reason)
+    result.fallback = fallback
+    return result
+
+
+def uncompiled(result: Any, cut: str, graph: fx.GraphModule, strict: bool) -> Any:
+    """Note [A graph whose every computing op runs in eager]
+    A program cut around a run of nodes that must run in eager (Note [Segments] in segments.py: a custom Function
+    that marks an input dirty or returns one, the saver of a value a later write overwrites and that write) may
+    leave nothing but views to compile: every op that computes is in the run (``t0 = a.tanh(); MarkDirty.apply(t0)``).
+    Stock's program is then no faster than eager's and often wrong: it compiles the saver, so its backward trace
+    raises the version error at compile time, or it hides the Function's write (fuzzer s1829_7, s1828_1086). Dynamo's
+    graph runs uncompiled instead, as Dynamo with ``backend="eager"`` runs it: eager's own calls, views and errors,
+    and a logged reason (``result.fallback``: the prototype compiles nothing there). Its outputs are eager's own
+    views, so they are not recorded as stock's (Note [Stock's views across a graph break] in stock_views.py)."""
+    reason = f"{cut}: every op that computes runs in eager, and the graph runs uncompiled"
+    result.fallback = Fallback(FallbackKind.EVERY_OP_RUNS_IN_EAGER, reason)
+    if strict:
+        raise StrictModeError(result.fallback.reason)
+    log.info("%s [in %s]", result.fallback.reason, graph_label(graph))
+    FALLBACKS.append((graph_label(graph), result.fallback.reason))
+    result.run = graph.forward
+    return result
 
 
 def _inputs_as_they_are(compiled: Callable[..., Any], graph: fx.GraphModule) -> Callable[..., Any]:

@@ -5,9 +5,9 @@ A stage that finds the program cannot be replayed faithfully returns a reason; t
 AOTAutograd with the same inner backend, and the reason is logged.
 
 Note [The invariant]
-For every program, the prototype (1) replays it faithfully, or (2) falls back to stock with a logged reason
-(``strict=True`` raises it instead), or (3) raises eager's error. It is never silently different from eager
-where stock is not. What enforces it, in pipeline order:
+For every program, the prototype (1) replays it faithfully, or (2) falls back to stock, or runs Dynamo's graph
+uncompiled, with a logged reason (``strict=True`` raises it instead), or (3) raises eager's error. It is never
+silently different from eager where stock is not. What enforces it, in pipeline order:
 - capture: constructs that pre-dispatch tracing runs but does not record faithfully (an inference_mode region,
   a custom autograd.Function that marks an input dirty or returns an input) fall back before tracing
   (capture.capture_limitation); a failed trace falls back;
@@ -42,11 +42,14 @@ from .inner_backend import (
     InnerBackend,
     Laps,
     cpu_seconds,
+    fall_back_to_stock,
     first_line,
     inner_or_uncompiled,
     input_alias_groups,
     is_backward_version_error,
+    no_fall_back,
     resolve_inner,
+    uncompiled,
 )
 from .labels import graph_label
 from .outcomes import FALLBACKS, GRAPHS, outcome
@@ -119,20 +122,18 @@ def compile_captured(
         fallback = _internal_error(e)
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
         ti.SET_GRAD_ENABLED(grad_enabled)
+    eager_only: str | None = None  # Note [A graph whose every computing op runs in eager] in inner_backend.py
     if fallback is not None and fallback.cut_after is not None and meta is not None and cuts_left > 0:
         at = fallback.cut_after
 
-        def compile_half(graph: fx.GraphModule, examples: list[Any], breaks: GraphBreaks) -> CompiledProgram:
+        def compile_half(graph: fx.GraphModule, examples: list[Any], breaks: GraphBreaks, first: bool) -> Any:
+            # The first segment reads only the program's inputs: no earlier segment wrote them (Note [A write to a
+            # value a backward saved] may cut it as it cuts the program); any later one may read their writes.
+            saved_writes = None if cut_around_saved_writes is None or not first else False
             return compile_captured(
-                graph,
-                examples,
-                inner,
-                compile_core=compile_core,
-                stock_fallback=False,
-                graph_breaks=breaks,
-                cuts_left=cuts_left - 1,
-                cut_around_saved_writes=None,
-            )
+                graph, examples, inner, compile_core=compile_core, stock_fallback=False, graph_breaks=breaks,
+                cuts_left=cuts_left - 1, cut_around_saved_writes=saved_writes,
+            )  # fmt: skip
 
         try:  # Note [Segments] in segments.py: each half with its own core and epilogue, or the fallback stands
             eager, through = fallback.run_eagerly, fallback.eagerly_through
@@ -144,7 +145,9 @@ def compile_captured(
             segmented = None
         finally:
             ti.SET_GRAD_ENABLED(grad_enabled)
-        if segmented is not None:
+        if isinstance(segmented, str):
+            eager_only = f"{fallback.reason}; cut around {at.name}, {segmented}"
+        elif segmented is not None:
             result.segments, result.run = segmented
             span = f"{at.name} ({graph_ops.op_name(at)})" + (f" through {through.name}" if through is not None else "")
             result.notes.append(f"cut {'around' if eager else 'after'} {span}, where {fallback.reason}")
@@ -158,9 +161,16 @@ def compile_captured(
             graph_breaks=graph_breaks, cuts_left=cuts_left, cut_around_saved_writes=True, **kwargs,
         )  # fmt: skip
 
-    if fallback is not None and (retried := again(stock_fallback=False)) is not None and retried.fallback is None:
-        return retried
+    if fallback is not None and (retried := again(stock_fallback=False)) is not None:
+        if retried.fallback is None:
+            return retried
+        if retried.fallback.kind is FallbackKind.EVERY_OP_RUNS_IN_EAGER:
+            eager_only = eager_only or f"{fallback.reason}; {retried.fallback.reason}"
     stock_graph = fallback_graph or pre_dispatch
+    if eager_only is not None and compile_core:
+        if not stock_fallback:
+            return no_fall_back(result, Fallback(FallbackKind.EVERY_OP_RUNS_IN_EAGER, eager_only), strict)
+        return uncompiled(result, eager_only, stock_graph, strict)
     checked = fallback is not None and fallback.kind is FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK
     if checked and stock_fallback and compile_core:  # Note [Stock's views across a graph break] in stock_views.py
         assert fallback is not None
@@ -174,8 +184,8 @@ def compile_captured(
             return both
     if fallback is not None:  # outside the try: stock's own compile errors are the user's, not ours
         if not stock_fallback:
-            return _no_fall_back(result, fallback, strict)
-        return _fall_back(result, fallback, stock_graph, example_inputs, inner_fn, strict)
+            return no_fall_back(result, fallback, strict)
+        return fall_back_to_stock(result, fallback, stock_graph, example_inputs, inner_fn, strict)
     if not compile_core:
         result.run = build_runtime(result.sliced, None)
         result.epilogue_source = result.run.source
@@ -216,8 +226,8 @@ def _compile_core(
             )
     if fallback is not None:
         if not stock_fallback:
-            return _no_fall_back(result, fallback, strict)
-        return _fall_back(result, fallback, fallback_graph, example_inputs, inner_fn, strict)
+            return no_fall_back(result, fallback, strict)
+        return fall_back_to_stock(result, fallback, fallback_graph, example_inputs, inner_fn, strict)
     lap("inner compile")
     result.run = build_runtime(result.sliced, cores)
     result.epilogue_source = result.run.source
@@ -306,7 +316,8 @@ def _compile_dynamo_graph(
         program = CompiledProgram(run=unset_run, notes=[note])
         segmented = None if compiled_autograd else lambda: _cut_at_a_saved_write(gm, example_inputs, inner)
         run = inner_or_uncompiled(program, gm, example_inputs, resolve_inner(inner), strict, segmented)
-        watch = not (compiled_autograd or program.segments)  # Note [Eager's version error]
+        # Note [Eager's version error]; uncompiled (a fallback), eager's own node saved it and raises its error
+        watch = not (compiled_autograd or program.segments or program.fallback)
         program.run = watching_saved_results(gm, run) if watch else run
         return program
     if limitation is not None:
@@ -372,28 +383,9 @@ def _stock_for(
     gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, fallback: Fallback, strict: bool
 ) -> CompiledProgram:
     """Dynamo's graph compiled by stock, with the reason logged (raised under strict)."""
-    return _fall_back(CompiledProgram(run=unset_run), fallback, gm, example_inputs, resolve_inner(inner), strict)
-
-
-def _fall_back(
-    result: CompiledProgram, fallback: Fallback, graph: fx.GraphModule, example_inputs: Sequence[Any],
-    inner_fn: Callable[..., Any], strict: bool,
-) -> CompiledProgram:  # fmt: skip
-    if strict:
-        raise StrictModeError(fallback.reason)
-    log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, graph_label(graph))
-    FALLBACKS.append((graph_label(graph), fallback.reason))
-    result.fallback = fallback
-    run = inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
-    result.run = stock_views.recording_stock_views(run, result.restricted_outputs)
-    return result
-
-
-def _no_fall_back(result: CompiledProgram, fallback: Fallback, strict: bool) -> CompiledProgram:
-    if strict:
-        raise StrictModeError(fallback.reason)
-    result.fallback = fallback
-    return result
+    return fall_back_to_stock(
+        CompiledProgram(run=unset_run), fallback, gm, example_inputs, resolve_inner(inner), strict
+    )
 
 
 def _internal_error(e: BaseException) -> Fallback:

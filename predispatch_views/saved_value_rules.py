@@ -5,25 +5,25 @@ Note [A write to a value a backward saved]
 ``t0 = a.exp(); t0.uniform_()``, or ``t = x @ x.t()`` and later ``x.sin_()`` under no_grad: autograd's record of
 ``exp`` (of ``mm``) saved a tensor the write then overwrites. Eager's forward runs; its backward raises "one of the
 variables needed for gradient computation has been modified by an inplace operation" where it reaches that node, and
-only there. AOTAutograd traces the backward while it compiles and raises that error for every call, so stock's
-compile fails, and the graph used to run uncompiled (Note [Graphs the inner backend rejects]). The program is cut
-around a run of its nodes that runs in eager between two compiled segments (Note [Segments]): from the first node
-that writes that storage, saves a value of it, or makes the saved value, through the last write to it. Eager's own
-nodes then save what eager's save, and the writes bump the version as eager's do (a compiled segment applies all its
-writes to an input in one ``copy_``), so the backward raises the error exactly where and as eager's does, naming
-eager's node ("which is output 0 of Sum1, is at version 1"). Cutting around the write alone leaves the saver inside
-a compiled node, whose backward unpacks every saved tensor whenever any of its outputs gets a gradient: it would
-raise where eager's backward never reaches the saver. The rule is asked only once a first attempt failed
-(``GraphMeta.cut_around_saved_writes``): another rule fell back (such a write is often what stops the replay:
-"writes to intermediate ... after the views are taken, and sin of the compiled region may save it"), or the inner
-backend's trace raised the version error (on the core, or on a graph the backend compiles whole). A program that
-compiles whole is not cut: each cut costs a compiled function. Nor is a segment of a program cut for another reason
-(``cut_around_saved_writes=None``): the writes earlier segments made to its inputs are not in its graph, and a
-compiled one applies them in one ``copy_``, so the run could not bump the version as eager's writes did (fuzzer
-s1805_419: one fewer). A run that leaves nothing but views to compile is refused (segments.compile_in_segments): the
-program is eager's then, and the fallback stands and says so. Not where compiled autograd is configured when the
-graph compiles: its cached backward graphs did not raise the error on test_autograd.py's test_inplace
-(dynamo-wrapped), where the graph run uncompiled does.
+only there. AOTAutograd traces the backward while it compiles and raises that error for every call, so stock's compile
+fails, and the graph used to run uncompiled (Note [Graphs the inner backend rejects]). The program is cut around a run
+of its nodes that runs in eager between two compiled segments (Note [Segments]): from the first node that writes that
+storage, saves a value of it, or makes the saved value, through the last write to it. Eager's own nodes then save what
+eager's save, and the writes bump the version as eager's do (a compiled segment applies all its writes to an input in
+one ``copy_``), so the backward raises the error exactly where and as eager's does, naming eager's node ("which is
+output 0 of Sum1, is at version 1"). Cutting around the write alone leaves the saver inside a compiled node, whose
+backward unpacks every saved tensor whenever any of its outputs gets a gradient: it would raise where eager's backward
+never reaches the saver. The rule is asked only once a first attempt failed (``GraphMeta.cut_around_saved_writes``):
+another rule fell back (such a write is often what stops the replay: "writes to intermediate ... after the views are
+taken, and sin of the compiled region may save it"), or the inner backend's trace raised the version error (on the
+core, or on a graph the backend compiles whole). A program that compiles whole is not cut: each cut costs a compiled
+function. Nor is a later segment of a program cut for another reason (``cut_around_saved_writes=None``): the writes
+earlier segments made to its inputs are not in its graph, and a compiled one applies them in one ``copy_``, so the run
+could not bump the version as eager's writes did (fuzzer s1805_419: one fewer). The first segment reads only the
+program's inputs, and is cut as the program is (s1829_87). A run that leaves nothing but views to compile runs the
+graph uncompiled (Note [A graph whose every computing op runs in eager] in inner_backend.py). Not where compiled
+autograd is configured when the graph compiles: its cached backward graphs did not raise the error on
+test_autograd.py's test_inplace (dynamo-wrapped), where the graph run uncompiled does.
 """
 
 from __future__ import annotations

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from . import _torch_internals as ti
+
+log = logging.getLogger("predispatch_views")
 
 
 def restoring_grad_mode(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,3 +40,25 @@ def segments_runtime(plan: Any, runners: list[Callable[..., Any]]) -> Callable[.
         return tuple(index if kind == "constant" else values[kind][index] for kind, index in outputs)
 
     return run
+
+
+def checking_grad_flags(
+    run: Callable[..., Any], uncompiled: Callable[..., Any], name: str, handed: list[int], expected: tuple[bool, ...]
+) -> Callable[..., Any]:
+    """``run``, where the values earlier segments hand the stage (arguments ``handed``) require grad as it was
+    compiled for (``expected``); a call whose values differ (the record's answer was wrong) runs the stage's own
+    eager ops (``uncompiled``) instead."""
+    if not handed:
+        return run
+
+    def checked(*args: Any) -> Any:
+        if tuple(args[k].requires_grad for k in handed) == expected:
+            return run(*args)
+        log.warning(
+            "predispatch_views: the values handed to segment %s require grad other than it was compiled for; it "
+            "runs uncompiled (eager's ops) for this call",
+            name,
+        )
+        return uncompiled(*args)
+
+    return checked

@@ -4,6 +4,8 @@ wider uncompiled segment avoids."""
 
 from __future__ import annotations
 
+import operator
+
 from torch import fx
 
 from . import graph_ops
@@ -87,10 +89,16 @@ def _compiled_saver(
     compiled autograd, which runs no watch). None when nothing compiled may save it."""
     if (saver := may_save(meta, root, set(meta.nodes) - compiled, set())) is not None:
         if (family := unsaved_storage(meta, root, compiled)) is None:
-            return f"base {saver.name}", saver
+            return f"base {saver.name}", _call_of(saver)
         recompute |= family & compiled
     if _saves_its_result(meta, root, compiled):
         if (family := watched_result_family(meta, root, compiled)) is None:
-            return f"producer {root.name}", root
+            return f"producer {root.name}", _call_of(root)
         recompute |= family & compiled
     return None
+
+
+def _call_of(n: fx.Node) -> fx.Node:
+    """The node an uncompiled segment starts at to run ``n`` in eager: a multi-output call for one of its results
+    (a Function's ``getitem``), whose tuple is no value a compiled segment could hand over (fuzzer s1829_104)."""
+    return n.args[0] if n.target is operator.getitem and isinstance(n.args[0], fx.Node) else n

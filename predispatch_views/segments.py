@@ -2,29 +2,29 @@
 that mutation; each half gets its own core and epilogue, and the halves run one after the other.
 
 Note [Segments]
-The epilogue runs after the whole core (Note [Which nodes the epilogue replays] in analysis.py). Some
-mutations cannot move there: a write through a view that compiled code reads afterwards, a random in-place op
-that compiled code reads, a write to a base whose later reader may save it, a replayed copy of values that
-compiled code writes afterwards. The rule that finds one (fallback_rules.py) names it as ``cut_after`` (a
-write through a full view of a base the epilogue views names the node before it: Note [A write through a view
-of a base the epilogue views] in output_rules.py).
+The epilogue runs after the whole core (Note [Which nodes the epilogue replays] in analysis.py). Some mutations
+cannot move there: a write through a view or a random in-place op that compiled code reads afterwards, a write to
+a base whose later reader may save it, a replayed copy of values that compiled code writes afterwards. The rule
+that finds one (fallback_rules.py) names it as ``cut_after`` (a write through a full view of a base the epilogue
+views names the node before it: Note [A write through a view of a base the epilogue views] in output_rules.py).
 Instead of falling back, ``cut`` splits the pre-dispatch graph right after that node, in program order:
 - ``first``: every node up to the cut node; it returns every value of its own that the second half or the
   program's outputs read (the crossing values), so its own epilogue replays the views among them;
 - ``second``: every node after the cut; its inputs are the program inputs it reads and the crossing values.
 The runtime calls the first half, then the second with the first's real results, as Dynamo calls the graph
 after a graph break with the graph before's. Each half is compiled by ``compile_captured``, so each may be cut
-again (the pipeline bounds how often), and each is checked by every rule on its own.
-What stays the same: the mutation runs in eager (the first half's epilogue) where eager runs it, before every
-op that follows it in the program, and those ops read its real result.
+again (the pipeline bounds how often; the first, which reads only the program's inputs, around a write to a value
+a backward saved too: s1829_87), and each is checked by every rule on its own. What stays the same: the mutation
+runs in eager (the first half's epilogue) where eager runs it, before every op that follows it, on its result.
 A cut is refused (the program falls back as before) where the second half would see what the whole program did not:
 - the cut lies inside a grad-mode region that does not end (each half must end in the grad mode it began in;
   a cut inside one that ends moves to its end);
 - a crossing value is not a tensor (a size: the second half would need it as an input of its own);
-- the second half reads a restricted view (a multi-output view's output, a view made under no_grad) whose base
-  the first half writes with grad mode on after the view was taken: eager reads it only where an op asks for its
-  ``grad_fn`` (``detach`` does not), and may raise its lazy error there ("Output 0 of Split is a view and its
-  base ... has been modified inplace"); a compiled function asks on every call;
+- the second half reads a restricted view (a multi-output view's output, a view made under no_grad) of a storage
+  with a value requiring grad (else its ``grad_fn`` is None: s1829_602) whose base the first half writes with grad
+  mode on after the view was taken: eager reads it only where an op asks for its ``grad_fn`` (``detach`` does not),
+  and may raise its lazy error there ("Output 0 of Split is a view and its base ... has been modified inplace"); a
+  compiled function asks on every call;
 - the second half writes (data or metadata) a value aliasing a crossing value, where an earlier compiled segment
   may save that value for backward (the write bumps its version: eager's backward raises if eager saved it, the
   compiled one where the partitioner did; Note [Mutations the epilogue must not replay]) and eager's backward
@@ -38,21 +38,19 @@ A cut is refused (the program falls back as before) where the second half would 
   graph after a graph break is (Note [Inputs that alias each other] in analysis.py);
 - the program's outputs are not a flat tuple.
 A crossing value that requires grad reaches the second half's compile as a non-leaf example (``_example``), so
-AOTAutograd applies the half's writes to it with autograd recording them, as eager does.
-A recorded call that must run in eager (a custom autograd.Function or checkpointed region whose forward returns
-an input or a view of one: eager returns a view of the input with the Function's own backward, which AOTAutograd
-cannot produce) is cut around instead: the program before it is compiled, the call runs uncompiled on real
-tensors (eager's own call, so eager's view and backward), and the program after it is compiled; the same checks
-apply to the part after it, which is handed the call's result as a view of the input it returns (``_example``), so
-it sees the alias eager's has (s1812_2373: a no_grad write to that input's base is then replayed after the views).
-Where the part after the call is refused for a node of its own (a no_grad or hidden write of the call's view, whose
-``grad_fn`` AOTAutograd would read, s1701_803; a write of a handed restricted view; a read of one whose base was
-written), the uncompiled part runs through that node too, as eager runs it (``RunEagerlyThrough``; s1826_125).
-Where the call writes a value the part before it may save (segment_savers.py), the uncompiled part starts at that
-saver, whose node is then eager's own (``RunEagerlyFrom``; s1826_1926), unless a later hidden write of that
-storage would be compiled (segment_savers.hidden_write_after). Each half is one more compiled function per call
-(AOTAutograd's runtime wrappers, one autograd node): scripts/core_parts_cost.py measures it; a segment the same.
-"""
+AOTAutograd applies the half's writes to it with autograd recording them, as eager does. A recorded call that must run
+in eager (a custom autograd.Function or checkpointed region whose forward returns an input or a view of one: eager
+returns a view of the input with the Function's own backward, which AOTAutograd cannot produce) is cut around: the
+program before it is compiled, the call runs uncompiled on real tensors (eager's own call, so eager's view and
+backward), and the program after it is compiled; the same checks apply to the part after it, which is handed the call's
+result as a view of the input it returns (``_example``), so it sees the alias eager's has (s1812_2373: a no_grad write
+to that input's base is then replayed after the views). Where the part after the call is refused for a node of its own
+(a no_grad or hidden write of the call's view, whose ``grad_fn`` AOTAutograd would read, s1701_803; a write of a handed
+restricted view; a read of one whose base was written), the uncompiled part runs through that node too, as eager runs it
+(``RunEagerlyThrough``; s1826_125). Where the call writes a value the part before it may save (segment_savers.py), the
+uncompiled part starts at that saver, whose node is then eager's own (``RunEagerlyFrom``; s1826_1926), unless a later
+hidden write of that storage would be compiled (segment_savers.hidden_write_after). Each segment costs one more compiled
+function per call (AOTAutograd's runtime wrappers, one autograd node): scripts/core_parts_cost.py measures it."""
 
 from __future__ import annotations
 
@@ -89,7 +87,7 @@ from .graph_meta import (
     taken_at,
     through_a_copy,
 )
-from .segment_runtime import restoring_grad_mode, segments_runtime
+from .segment_runtime import checking_grad_flags, restoring_grad_mode, segments_runtime
 from .segment_savers import RunEagerlyFrom, RunEagerlyThrough, compiled_saver, eager_write_refused, hidden_write_after
 
 log = logging.getLogger("predispatch_views")
@@ -120,14 +118,14 @@ def compile_in_segments(
     meta: GraphMeta,
     at: fx.Node,
     example_inputs: Sequence[Any],
-    compile_half: Callable[[fx.GraphModule, list[Any], GraphBreaks], Any],
+    compile_half: Callable[[fx.GraphModule, list[Any], GraphBreaks, bool], Any],
     *,
     run_eagerly: bool = False,
     through: fx.Node | None = None,
-) -> tuple[list[Any], Callable[..., Any]] | None:
+) -> tuple[list[Any], Callable[..., Any]] | str | None:
     """The program cut after ``at`` (around it, ``run_eagerly``: Note [Segments]), each compiled stage compiled by
-    ``compile_half`` (the pipeline, one cut fewer), and the runtime that calls them in order; None where it cannot
-    be cut there or a stage would fall back."""
+    ``compile_half`` (the pipeline, one cut fewer; told if it is the first stage), and the runtime that calls them
+    in order; None where it cannot be cut there or a stage falls back; a string where only views would compile."""
     plan = cut(meta, at, run_eagerly=run_eagerly, through=through)
     while run_eagerly:  # Note [Segments], the last case: a wider uncompiled segment
         if isinstance(plan, RunEagerlyThrough) and meta.order[plan.node] > meta.order[through or at]:
@@ -154,15 +152,17 @@ def compile_in_segments(
             continue
         aliased = sources_sharing_storage(meta, plan.stages, stage.sources)
         examples = [_example(meta, plan, s, example_inputs, stage, k in aliased) for k, s in enumerate(stage.sources)]
-        program = compile_half(stage.graph, examples, graph_breaks_of_stage(meta, plan, stage))
+        breaks = graph_breaks_of_stage(meta, plan, stage)
+        program = compile_half(stage.graph, examples, breaks, stage is plan.stages[0])
         if program.fallback is not None:
             log.debug("not cut at %s: a segment falls back: %s", at.name, program.fallback.reason)
             return None
         compiled.append(program)
         runners.append(_checked(meta, plan, stage, program.run))
     if through is not None and not any(map(_computes, compiled)):  # a run of calls that is the whole program
-        log.debug("not cut at %s: nothing but views would be compiled", at.name)
-        return None
+        refusal = "nothing but views would be compiled"  # Note [A graph whose every computing op runs in eager]
+        log.debug("not cut at %s: %s", at.name, refusal)
+        return refusal
     return compiled, segments_runtime(plan, runners)
 
 
@@ -287,11 +287,16 @@ def _refused(
     earlier = [n for n in meta.nodes if n in stage_of and names.index(stage_of[n]) < names.index(name)]
     inside = set(members)
     handed = [n for n in earlier if any(u in inside for u in n.users)]
-    for n in handed:
-        if restricted_view(meta, n) and any(
-            meta.root.get(m) is meta.root.get(n) and order[m] > taken_at(n, order)
-            for m in earlier
-            if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
+    grad_roots = {meta.root.get(m, m) for m in meta.requires_grad}  # storages with a value requiring grad
+    for n in handed:  # a view of a storage nothing requiring grad has no grad_fn to raise (s1829_602)
+        if (
+            restricted_view(meta, n)
+            and meta.root.get(n, n) in grad_roots
+            and any(
+                meta.root.get(m) is meta.root.get(n) and order[m] > taken_at(n, order)
+                for m in earlier
+                if _writes(m) and m not in meta.no_grad  # a write under no_grad does not rebase the view
+            )
         ):
             readers = [u for u in n.users if u in inside]
             reason = f"{name} reads {n.name}, a restricted view whose base is written after it was taken"
@@ -315,7 +320,6 @@ def _refused(
     handed_roots = {meta.root.get(n, n) for n in handed_all}
     restricted_roots = {meta.root.get(n, n) for n in handed_all if restricted_view(meta, n)}
     compiled_before = {n for n in earlier if stage_compiled[stage_of[n]]}
-    grad_roots = {meta.root.get(m, m) for m in meta.requires_grad}  # storages with a value requiring grad
     for n in members:
         for w in [w for w in graph_ops.written_args(n) if meta.root.get(w, w) in handed_roots]:
             root = meta.root.get(w, w)
@@ -374,25 +378,9 @@ def _example(
 
 
 def _checked(meta: GraphMeta, plan: Cut, stage: Stage, run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run``, where the values earlier segments hand the stage require grad as it was compiled for; a call whose
-    values differ (the record's answer was wrong) runs the stage's own eager ops instead."""
     handed = [k for k, (kind, _) in enumerate(stage.sources) if kind != "arg"]
-    if not handed:
-        return run
     expected = tuple(_example(meta, plan, stage.sources[k], ()).requires_grad for k in handed)
-    run_eagerly = stage.graph.forward
-
-    def checked(*args: Any) -> Any:
-        if tuple(args[k].requires_grad for k in handed) == expected:
-            return run(*args)
-        log.warning(
-            "predispatch_views: the values handed to segment %s require grad other than it was compiled for; it "
-            "runs uncompiled (eager's ops) for this call",
-            stage.name,
-        )
-        return run_eagerly(*args)
-
-    return checked
+    return checking_grad_flags(run, stage.graph.forward, stage.name, handed, expected)
 
 
 def _writes(n: fx.Node) -> bool:

@@ -715,13 +715,67 @@ def dirty_call_after_a_saving_producer(a: torch.Tensor) -> Any:
     return t1, t2.mul(2).split(2)
 
 
+def dirty_call_on_a_functions_result(a: torch.Tensor) -> Any:
+    t0, t1 = a.tensor_split(2, 0)
+    t2 = ScaledClone.apply(t1)  # Dynamo's autograd_function_apply returns a tuple: t2 is its getitem
+    t3 = MarkDirty.apply(t2)  # writes t2, which ScaledClone's compiled node may save: run in eager from the call
+    return t3, t0.expand_as(t0), t0.sin(), a
+
+
 @pytest.mark.parametrize("entry", ["backend", "compile_function"])
-@pytest.mark.parametrize("fn", [dirty_call_after_a_saving_write, dirty_call_after_a_saving_producer])
+@pytest.mark.parametrize(
+    "fn", [dirty_call_after_a_saving_write, dirty_call_after_a_saving_producer, dirty_call_on_a_functions_result]
+)
 def test_the_uncompiled_segment_of_a_dirty_call_starts_at_the_saver(fn: Callable[..., Any], entry: str) -> None:
     """The cut around a custom Function marking its input dirty was refused where the compiled segment before the
     call may save the value the call writes (fuzzer s1826_1926): the uncompiled segment now starts at that saver
     (``RunEagerlyFrom``), so eager's own node saves what eager's saves, and the program matches eager with no
-    fallback (strict), its backward's version error included."""
+    fallback (strict), its backward's version error included. Where the saver is one result of a multi-output call
+    (a Function's ``getitem``), the segment starts at the call: its tuple is no value to hand over (s1829_104)."""
     torch._dynamo.reset()
     compiled = strict_compiled(fn, entry)
     assert_matches_eager(fn, compiled, _seeded(lambda: [torch.randn(4, 3, requires_grad=True).mul(1)]))
+
+
+def saved_write_before_a_dirty_call(a: torch.Tensor) -> Any:
+    t0 = a.sigmoid()  # saves its result, which zero_ overwrites: eager's backward raises at SigmoidBackward0
+    t0.zero_()
+    t1 = t0 * a
+    t2 = MarkDirty.apply(t1)  # runs in eager: the program is cut around it
+    t3 = t0 - t2
+    return t2, t3.t(), t1.mul(2)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_the_first_segment_is_cut_around_a_write_to_a_saved_value(entry: str) -> None:
+    """The segment before the dirty call holds ``sigmoid`` and the write over its result: its compile raised the
+    version error, and segments were never cut around such a write (their inputs' earlier writes are not in their
+    graph). The first segment reads only the program's inputs, so it is cut as the program is (Note [A write to a
+    value a backward saved]; fuzzer s1829_87): no fallback, and eager's values, grads and error."""
+    compiled = strict_compiled(saved_write_before_a_dirty_call, entry)
+    make = _seeded(lambda: [torch.randn(3, 3, requires_grad=True).mul(1)])
+    assert_matches_eager(saved_write_before_a_dirty_call, compiled, make)
+
+
+def sibling_view_read_after_a_no_grad_write(a: torch.Tensor, c: torch.Tensor) -> Any:
+    t0 = c.tanh()  # c requires no grad: neither does any view of t0
+    t0.t_()
+    _, t2, t3, t4 = t0.unbind(1)
+    with torch.no_grad():
+        t4.copy_(t2)  # through a view of a base whose metadata changed: replayed in eager, cut after
+    t5 = t3.narrow(0, 0, 2)  # reads a multi-output view whose base was written: its grad_fn is None, no error
+    return t5, t5.mul(2), a.sin().unbind(0)
+
+
+@pytest.mark.parametrize("entry", ["backend", "compile_function"])
+def test_a_restricted_view_of_a_storage_nothing_differentiates_crosses_a_cut(entry: str) -> None:
+    """The second segment reads ``t2``, a multi-output view whose base the first wrote: the cut was refused, for
+    eager's lazy error ("Output 1 of Unbind is a view and its base ... modified inplace") a compiled function would
+    read early. A view of a storage with no value requiring grad has ``grad_fn`` None and raises nothing, so the
+    cut stands (fuzzer s1829_602): no fallback, eager's values, views and grads."""
+
+    def make_inputs() -> list[torch.Tensor]:
+        return [torch.randn(3, 2, requires_grad=True).mul(1), torch.randn(4, 3)]
+
+    compiled = strict_compiled(sibling_view_read_after_a_no_grad_write, entry)
+    assert_matches_eager(sibling_view_read_after_a_no_grad_write, compiled, _seeded(make_inputs))
