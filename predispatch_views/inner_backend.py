@@ -132,16 +132,21 @@ def inner_or_uncompiled(
         return graph.forward
 
 
+def _record(result: Any, fallback: Fallback, graph: fx.GraphModule, strict: bool, prefix: str = "") -> None:
+    """A graph-wide fallback: raised in strict mode, else logged, listed in FALLBACKS and set on ``result``."""
+    if strict:
+        raise StrictModeError(fallback.reason)
+    log.info("%s%s [in %s]", prefix, fallback.reason, graph_label(graph))
+    FALLBACKS.append((graph_label(graph), fallback.reason))
+    result.fallback = fallback
+
+
 def fall_back_to_stock(
     result: Any, fallback: Fallback, graph: fx.GraphModule, example_inputs: Sequence[Any],
     inner_fn: Callable[..., Any], strict: bool,
 ) -> Any:  # fmt: skip
     """``result`` (a pipeline.CompiledProgram) given stock's program of ``graph``, the reason logged."""
-    if strict:
-        raise StrictModeError(fallback.reason)
-    log.info("falling back to stock AOTAutograd: %s [in %s]", fallback.reason, graph_label(graph))
-    FALLBACKS.append((graph_label(graph), fallback.reason))
-    result.fallback = fallback
+    _record(result, fallback, graph, strict, "falling back to stock AOTAutograd: ")
     run = inner_or_uncompiled(result, graph, example_inputs, inner_fn, strict)
     result.run = stock_views.recording_stock_views(run, result.restricted_outputs)
     return result
@@ -166,11 +171,7 @@ def uncompiled(result: Any, cut: str, graph: fx.GraphModule, strict: bool) -> An
     and a logged reason (``result.fallback``: the prototype compiles nothing there). Its outputs are eager's own
     views, so they are not recorded as stock's (Note [Stock's views across a graph break] in stock_views.py)."""
     reason = f"{cut}: every op that computes runs in eager, and the graph runs uncompiled"
-    result.fallback = Fallback(FallbackKind.EVERY_OP_RUNS_IN_EAGER, reason)
-    if strict:
-        raise StrictModeError(result.fallback.reason)
-    log.info("%s [in %s]", result.fallback.reason, graph_label(graph))
-    FALLBACKS.append((graph_label(graph), result.fallback.reason))
+    _record(result, Fallback(FallbackKind.EVERY_OP_RUNS_IN_EAGER, reason), graph, strict)
     result.run = graph.forward
     return result
 

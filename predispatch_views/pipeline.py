@@ -126,7 +126,9 @@ def compile_captured(
     if fallback is not None and fallback.cut_after is not None and meta is not None and cuts_left > 0:
         at = fallback.cut_after
 
-        def compile_half(graph: fx.GraphModule, examples: list[Any], breaks: GraphBreaks, first: bool) -> Any:
+        def compile_half(
+            graph: fx.GraphModule, examples: list[Any], breaks: GraphBreaks, first: bool
+        ) -> CompiledProgram:
             # The first segment reads only the program's inputs: no earlier segment wrote them (Note [A write to a
             # value a backward saved] may cut it as it cuts the program); any later one may read their writes.
             saved_writes = None if cut_around_saved_writes is None or not first else False
