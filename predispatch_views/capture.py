@@ -18,7 +18,6 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
-from ._torch_internals.dynamo_traced_code import rewritten_view_outputs
 from .fallbacks import Fallback, FallbackKind
 
 
@@ -70,17 +69,6 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
     Dynamo traced the forwards of the Functions the capture keeps as nodes too (Note [Custom autograd.Functions in
     the core]): those whose lines the nodes' forward graphs record are not counted. Asked after the capture, where
     a kept Function that returns an input has fallen back with its own reason."""
-    grad_off = not torch.is_grad_enabled()  # with grad on, Dynamo inlines only where nothing requires grad
-    if grad_off and ti.ends_at_graph_break(gm) and _written_at_break(gm, rewritten_view_outputs(gm)):
-        # Dynamo wraps the view for the graph after the break and reads its autograd state, which raises for an
-        # inference-mode view whose base was written after it was taken (fuzzer s1602_1270; design/06, the Dynamo
-        # change): by the graph, or by the instruction the graph breaks at (Note [What runs between two graphs]).
-        # A view whose base requires no grad never raises there (``grad_fn`` returns first: s1822_78).
-        return Fallback(
-            FallbackKind.INLINED_AUTOGRAD_FUNCTION,
-            "Dynamo inlined the forward of autograd.Function (no input requires grad), and the view of the input it "
-            "returns, eager's, crosses a graph break",
-        )
     kept = _frames_of_kept_forwards(gm)
     inlined = [c for c in ti.inlined_autograd_functions() if _may_return_an_input(c.forward)]
     if (inlined := [c.__qualname__ for c in inlined if not _runs_in(c.forward, kept)]) and _identity_may_show(gm):
@@ -93,19 +81,6 @@ def inlined_autograd_function(gm: fx.GraphModule) -> Fallback | None:
             "input it returns would be the input itself, where eager's is a view of it",
         )
     return None
-
-
-def _written_at_break(gm: fx.GraphModule, outputs: list[fx.Node]) -> bool:
-    """Whether the storage of any of ``outputs`` may be written in the graph or by its break's instruction."""
-    storages = {_storage(_example(o)) for o in outputs} - {None}
-    if not storages:
-        return False
-    writes = ti.graph_break_writes(gm)
-    if writes is None or any(_storage(_example(w)) in storages for w in _written_nodes(gm)):
-        return True
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    returned = [a for a in ti.tree_leaves(gm.graph.output_node().args[0]) if isinstance(a, fx.Node)]
-    return any(_storage(_example(placeholders[i] if k == "input" else returned[i])) in storages for k, i in writes)
 
 
 def _identity_may_show(gm: fx.GraphModule) -> bool:

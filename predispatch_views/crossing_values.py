@@ -88,10 +88,12 @@ def views_a_dropout_returning_its_input(n: fx.Node) -> bool:
 
 def graph_breaks_of_stage(meta: GraphMeta, plan: Any, stage: Any) -> GraphBreaks:  # segments.Cut, Stage
     """Where a segment meets a graph break: its outputs that are the program's cross the one after the program,
-    its inputs that are the program's come from the one before it."""
-    returned = {index for kind, index in plan.outputs if kind == stage.name}
-    from_program = {k for k, (kind, _) in enumerate(stage.sources) if kind == "arg"}
+    its inputs that are the program's come from the one before it. The program may itself be a segment (a cut
+    inside a cut): only its own outputs and inputs that cross a break do (fuzzer s1830_806, where an input the
+    outer cut handed over, eager's own value, was taken for stock's view from before the break)."""
     breaks, writes = meta.graph_breaks, meta.graph_breaks.break_writes
+    returned = {j for k, (kind, j) in enumerate(plan.outputs) if kind == stage.name and breaks.output_crosses(k)}
+    from_program = {j for j, (kind, i) in enumerate(stage.sources) if kind == "arg" and breaks.input_crosses(i)}
     if writes is not None:  # what the break's instruction writes, as the segment's inputs and outputs of its storage
         nodes_of = {s.name: s.nodes for s in plan.stages}
         written = (meta.placeholders[i] if k == "input" else meta.outputs[i] for k, i in writes)
@@ -101,4 +103,5 @@ def graph_breaks_of_stage(meta: GraphMeta, plan: Any, stage: Any) -> GraphBreaks
             [("input", k) for k, n in enumerate(ins) if meta.root.get(n, n) in at]
             + [("output", j) for j, n in enumerate(stage.nodes) if meta.root.get(n, n) in at]
         )
-    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), break_writes=writes)
+    checked = frozenset(j for j, (kind, i) in enumerate(stage.sources) if kind == "arg" and i in breaks.checked_inputs)
+    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), checked, writes)

@@ -50,7 +50,8 @@ from torch import fx
 
 from . import graph_ops, output_rules
 from .fallbacks import Fallback, FallbackKind
-from .graph_meta import GraphMeta, grad_mode_before, is_any_view, may_be_written_at_break, taken_at
+from .graph_break_rules import may_be_written_at_break
+from .graph_meta import GraphMeta, grad_mode_before, is_any_view, taken_at
 
 
 def call_to_run_eagerly(meta: GraphMeta) -> Fallback | None:

@@ -225,7 +225,7 @@ class FallbackKind(enum.Enum):
         "be the input itself, where eager's is a view of it`",
         "without grad Dynamo inlines the forward, returning an input as itself; eager's apply returns a view. The "
         "backend rewrites such calls (Note [An inlined Function returns its input as eager does]); this is the rest "
-        "(another container, a non-input output requiring grad, a view crossing a break that may write its base).",
+        "(another container, a non-input output requiring grad).",
         "capture.py",
         "Dynamo inlined the forward of autograd.Function",
     )

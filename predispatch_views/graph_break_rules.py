@@ -12,7 +12,7 @@ from torch import fx
 from . import _torch_internals as ti
 from . import graph_ops
 from .fallbacks import Fallback, FallbackKind
-from .graph_meta import GraphMeta, may_be_written_at_break
+from .graph_meta import GraphMeta, taken_at
 
 
 def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) -> Fallback | None:
@@ -99,3 +99,19 @@ def _layout_differs_from_its_input(n: fx.Node) -> bool:
 # raises where stock, whose output has the fake's layout, runs (fuzzer s905_79; Dynamo with backend="eager" raises
 # the same). Such a graph falls back, where the fake's layout differs from the input's (a dense input at offset 0
 # has the same layout, and replays).
+
+
+def may_be_written_at_break(meta: GraphMeta, view: fx.Node, by_the_break: bool = True) -> bool:
+    """Whether the instruction Dynamo broke the graph at (unless ``by_the_break`` is False) may write the storage of
+    ``view``'s root in place, or the graph writes it itself after ``view`` was taken (then eager's view may refuse
+    Dynamo's read alone; a view taken after the write records the version it sees, and the replay keeps the order)."""
+    # A write before the chain's first view is no write after it: that view records the version it sees.
+    writes, root, since = meta.graph_breaks.break_writes, meta.root[view], taken_at(view, meta.order, with_base=False)
+    if any(
+        meta.order[m] > since and meta.root.get(w) is root for m in meta.mutations for w in graph_ops.written_args(m)
+    ):
+        return True
+    if not by_the_break or writes is None:
+        return by_the_break
+    nodes = {meta.placeholders[i] if kind == "input" else meta.outputs[i] for kind, i in writes}
+    return any(meta.root.get(n, n) is root for n in nodes)

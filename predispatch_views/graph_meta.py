@@ -79,26 +79,11 @@ class GraphMeta:
     graph_breaks: GraphBreaks
     compiled_autograd: bool  # compiled autograd is configured on: the backward runs through it
     cut_around_saved_writes: bool = False  # Note [A write to a value a backward saved] in saved_value_rules.py
+    later_segment: bool = False  # a segment after the first of a cut program (the same Note)
 
     @property
     def output(self) -> fx.Node:
         return self.nodes[-1]
-
-
-def may_be_written_at_break(meta: GraphMeta, view: fx.Node, by_the_break: bool = True) -> bool:
-    """Whether the instruction Dynamo broke the graph at (unless ``by_the_break`` is False) may write the storage of
-    ``view``'s root in place, or the graph writes it itself after ``view`` was taken (then eager's view may refuse
-    Dynamo's read alone; a view taken after the write records the version it sees, and the replay keeps the order)."""
-    # A write before the chain's first view is no write after it: that view records the version it sees.
-    writes, root, since = meta.graph_breaks.break_writes, meta.root[view], taken_at(view, meta.order, with_base=False)
-    if any(
-        meta.order[m] > since and meta.root.get(w) is root for m in meta.mutations for w in graph_ops.written_args(m)
-    ):
-        return True
-    if not by_the_break or writes is None:
-        return by_the_break
-    nodes = {meta.placeholders[i] if kind == "input" else meta.outputs[i] for kind, i in writes}
-    return any(meta.root.get(n, n) is root for n in nodes)
 
 
 def graph_meta(
@@ -109,6 +94,7 @@ def graph_meta(
     input_requires_grad: Sequence[bool] | None = None,
     graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
     cut_around_saved_writes: bool = False,
+    later_segment: bool = False,
 ) -> GraphMeta:
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
@@ -135,6 +121,7 @@ def graph_meta(
         graph_breaks=graph_breaks,
         compiled_autograd=ti.compiled_autograd_configured(),
         cut_around_saved_writes=cut_around_saved_writes,
+        later_segment=later_segment,
     )
 
 

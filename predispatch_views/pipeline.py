@@ -74,11 +74,12 @@ def compile_captured(
     stock_fallback: bool = True,
     graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
     cuts_left: int | None = None,
-    cut_around_saved_writes: bool | None = False,
+    cut_around_saved_writes: bool = False,
+    later_segment: bool = False,
 ) -> CompiledProgram:
     """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture).
     ``cuts_left``: how many times more a half may be cut in two (default MAX_CUT_DEPTH; Note [Segments] in
-    segments.py). ``cut_around_saved_writes``: Note [A write to a value a backward saved] (None: a segment's).
+    segments.py). ``cut_around_saved_writes``, ``later_segment``: Note [A write to a value a backward saved].
 
     ``stock_fallback=False``: a program that cannot be replayed comes back with its ``fallback_reason`` and no
     ``run``, neither compiled by stock nor logged (compile_function runs such a function eagerly and logs that).
@@ -99,7 +100,8 @@ def compile_captured(
             input_alias_groups=alias_groups,
             input_requires_grad=requires_grad,
             graph_breaks=graph_breaks,
-            cut_around_saved_writes=bool(cut_around_saved_writes),
+            cut_around_saved_writes=cut_around_saved_writes,
+            later_segment=later_segment,
         )
         result.restricted_outputs = stock_views.eager_restricted_outputs(meta)
         selection = select_epilogue_from(meta)
@@ -131,10 +133,9 @@ def compile_captured(
         ) -> CompiledProgram:
             # The first segment reads only the program's inputs: no earlier segment wrote them (Note [A write to a
             # value a backward saved] may cut it as it cuts the program); any later one may read their writes.
-            saved_writes = None if cut_around_saved_writes is None or not first else False
             return compile_captured(
                 graph, examples, inner, compile_core=compile_core, stock_fallback=False, graph_breaks=breaks,
-                cuts_left=cuts_left - 1, cut_around_saved_writes=saved_writes,
+                cuts_left=cuts_left - 1, later_segment=later_segment or not first,
             )  # fmt: skip
 
         try:  # Note [Segments] in segments.py: each half with its own core and epilogue, or the fallback stands
@@ -156,11 +157,12 @@ def compile_captured(
             return result
 
     def again(**kwargs: Any) -> CompiledProgram | None:  # Note [A write to a value a backward saved]
-        if cut_around_saved_writes is None or cuts_left <= 0 or meta is None or not writes_to_saved_values(meta):
+        if cuts_left <= 0 or meta is None or not writes_to_saved_values(meta):
             return None
         return compile_captured(
             pre_dispatch, example_inputs, inner, fallback_graph=fallback_graph, compile_core=compile_core,
-            graph_breaks=graph_breaks, cuts_left=cuts_left, cut_around_saved_writes=True, **kwargs,
+            graph_breaks=graph_breaks, cuts_left=cuts_left, cut_around_saved_writes=True,
+            later_segment=later_segment, **kwargs,
         )  # fmt: skip
 
     if fallback is not None and (retried := again(stock_fallback=False)) is not None:
@@ -173,7 +175,7 @@ def compile_captured(
         if not stock_fallback:
             return no_fall_back(result, Fallback(FallbackKind.EVERY_OP_RUNS_IN_EAGER, eager_only), strict)
         return uncompiled(result, eager_only, stock_graph, strict)
-    checked = fallback is not None and fallback.kind is FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK
+    checked = fallback is not None and stock_views.a_checked_replay_may_do(fallback, graph_breaks)
     if checked and stock_fallback and compile_core:  # Note [Stock's views across a graph break] in stock_views.py
         assert fallback is not None
         both = stock_views.replayed_unless_stock_views(

@@ -17,9 +17,11 @@ never reaches the saver. The rule is asked only once a first attempt failed (``G
 another rule fell back (such a write is often what stops the replay: "writes to intermediate ... after the views are
 taken, and sin of the compiled region may save it"), or the inner backend's trace raised the version error (on the
 core, or on a graph the backend compiles whole). A program that compiles whole is not cut: each cut costs a compiled
-function. Nor is a later segment of a program cut for another reason (``cut_around_saved_writes=None``): the writes
-earlier segments made to its inputs are not in its graph, and a compiled one applies them in one ``copy_``, so the run
-could not bump the version as eager's writes did (fuzzer s1805_419: one fewer). The first segment reads only the
+function. A later segment of a program cut for another reason (``later_segment``) is cut only around a value it
+computes itself: the writes earlier segments made to its inputs are not in its graph, and a compiled one applies them
+in one ``copy_``, so a run on an input could not bump the version as eager's writes did (fuzzer s1805_419: one fewer);
+an intermediate's version starts in the segment (s1830_656: ``t2 = b.tanh(); t2.detach().mul_(3.0)`` after a dirty
+Function's call). The first segment reads only the
 program's inputs, and is cut as the program is (s1829_87). A run that leaves nothing but views to compile runs the
 graph uncompiled (Note [A graph whose every computing op runs in eager] in inner_backend.py). Not where compiled
 autograd is configured when the graph compiles: its cached backward graphs did not raise the error on
@@ -61,6 +63,8 @@ def write_to_a_value_a_backward_saved(meta: GraphMeta) -> Fallback | None:
             for value in saved_values(n):
                 saved.setdefault(meta.root.get(value, value), (n, value))
     roots = {r for r in touched if r in saved}
+    if meta.later_segment and any(r.op == "placeholder" for r in roots):
+        return None  # an earlier segment's writes to this input are not in this graph (see the Note)
     writes = [m for m in meta.nodes if any(meta.root.get(w, w) in roots for w in graph_ops.written_args(m))]
     if first_write is None:
         return None

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from . import _torch_internals as ti
-from .fallbacks import Fallback
+from .fallbacks import Fallback, FallbackKind
 from .graph_meta import GraphMeta, restricted_view
 from .outcomes import FALLBACKS
 
@@ -91,6 +91,15 @@ def replay_unless_stock_views(
     return run
 
 
+def a_checked_replay_may_do(fallback: Fallback, graph_breaks: Any) -> bool:  # graph_meta.GraphBreaks
+    """Whether the replay with the crossing inputs checked on each call may stand where ``fallback`` does: the rule
+    about stock's views fell back, or a cut was tried in a graph Dynamo resumed, whose segments may have met that
+    rule (fuzzer s1830_388: cut around a no_grad write, a later segment returns a no_grad view of an input)."""
+    if fallback.kind is FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK:
+        return True
+    return fallback.cut_after is not None and graph_breaks.before and not graph_breaks.checked_inputs
+
+
 def replayed_unless_stock_views(
     n_inputs: int,
     graph_breaks: Any,  # graph_meta.GraphBreaks
@@ -108,6 +117,7 @@ def replayed_unless_stock_views(
     if replay.fallback is not None:
         return None
     logged: list[int] = []
+    stock, deferred, records = _deferring_fallbacks(compile_stock)
 
     def on_use(k: int) -> None:
         if strict_error is not None:
@@ -116,7 +126,28 @@ def replayed_unless_stock_views(
             logged.append(k)
             log.info("input %d is stock's view: the call runs stock's program: %s [in %s]", k, fallback.reason, label)
             FALLBACKS.append((label, fallback.reason))
+            FALLBACKS.extend(deferred)
+            for record in records:
+                log.handle(record)
 
-    replay.run = replay_unless_stock_views(replay.run, recording_stock_views(compile_stock()), sorted(crossing), on_use)
+    replay.run = replay_unless_stock_views(replay.run, recording_stock_views(stock), sorted(crossing), on_use)
     replay.notes.append("stock's program for calls whose inputs share storage with a view stock returned")
     return replay
+
+
+def _deferring_fallbacks(compile_stock: Callable[[], Callable[..., Any]]) -> tuple[Any, list[Any], list[Any]]:
+    """Stock's program, and the fallbacks its compile listed and logged (its graph may run uncompiled: fuzzer
+    s1830_455), held back: they are reported where a call runs it, not where the replay stands."""
+    before, records = len(FALLBACKS), []
+
+    def hold(record: logging.LogRecord) -> bool:
+        records.append(record)
+        return False
+
+    log.addFilter(hold)
+    try:
+        stock = compile_stock()
+    finally:
+        log.removeFilter(hold)
+    deferred = [FALLBACKS.pop() for _ in range(len(FALLBACKS) - before)][::-1]
+    return stock, deferred, records

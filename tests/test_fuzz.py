@@ -722,12 +722,25 @@ def test_s1602_334_a_compiled_output_written_then_backward_names_its_node() -> N
 
 def test_s1602_1270_an_inlined_identity_rewritten_under_inference_mode() -> None:
     """Found by seed 1602 on 3970915, a regression of 6bcdb52. Called under inference_mode, ``t2 =
-    ReturnsInput.apply(t1)`` (inlined: grad is off) is rewritten to ``t1.view_as(t1)``, which crosses the graph
+    ReturnsInput.apply(t1)`` (inlined: grad is off) was rewritten to ``t1.view_as(t1)``, which crosses the graph
     break at ``torch.max(..., out=(u2, u3))``; Dynamo fakeifies it for the graph after the break and reads its
-    autograd state, which raises for an inference-mode view whose base the graph wrote ("A view was created in
-    inference mode ..."), where stock, returning ``t1`` itself, runs. A rewritten view that crosses a graph break
-    now falls back (capture.inlined_autograd_function; design/06, the Dynamo change)."""
-    _assert_no_violation(1602, 1270, "prototype[aot_eager]", "stock[aot_eager]")
+    autograd state, which raised for an inference-mode view whose base the graph wrote ("A view was created in
+    inference mode ..."), where stock, returning ``t1`` itself, runs. ``t1 = F.dropout(a, 0.0, True)`` is ``a``
+    itself, which requires grad: eager's apply returns it detached, which the rewrite now chooses (s1821_612: the
+    dropout's input decides, not its fake), so the view that raised is not made, and the graph replays without the
+    fallback 1ac87d2 added for it."""
+    _assert_matches_without_fallback(1602, 1270, "prototype[aot_eager]")
+
+
+@pytest.mark.parametrize("index", [135, 191, 422, 630])
+def test_s1830_an_inlined_functions_view_crosses_a_break_where_its_base_is_written(index: int) -> None:
+    """Seed 1830 on 83a5591: programs called under no_grad or inference_mode where ``ReturnsInput.apply`` (inlined:
+    grad is off) returns a view that crosses a graph break and whose base is written before the next graph fell
+    back to stock (the rule s1602_1270 added). Dynamo's wrap reads the view's ``grad_fn``, which raises only where
+    its base requires grad, and there eager's apply (and the rewrite) returns the input detached: they replay, and
+    match eager where stock and the ceiling return the input itself (191, 422: ``alias[0].is_view``; 135, a dirty
+    Function's result, ``alias[1].identity``)."""
+    _assert_matches_without_fallback(1830, index, "prototype[aot_eager]")
 
 
 def test_s1701_525_a_recomputation_tag_the_backward_never_needs() -> None:
@@ -1302,3 +1315,22 @@ def test_s1826_426_the_uncompiled_segment_does_not_start_earlier_before_a_hidden
     reference = run_program(program, eager())
     run = run_program(program, by_label["prototype[aot_eager]"])
     assert classify(reference, run).kind == "match", classify(reference, run).describe()
+
+
+def test_s1830_806_a_cut_inside_a_cut_knows_which_inputs_cross_the_graph_break() -> None:
+    """Seed 1830 on 83a5591: in a graph Dynamo resumed after a break, ``t2 = MarkDirty.apply(t1)`` is cut around, and
+    the segment after it is cut again around a no_grad write. The inner cut took every input of that segment for
+    one from before the break, so ``t6 = t2.narrow(...)`` under no_grad, of the dirty call's own result (eager's
+    value, handed over by the outer cut), fell back as a no_grad view of stock's view across the break: the graph
+    went to stock, whose ``is_leaf`` differs from eager's. The inner cut now composes the outer one's breaks
+    (crossing_values.graph_breaks_of_stage)."""
+    _assert_matches_without_fallback(1830, 806, "prototype[aot_eager]")
+
+
+def test_s1830_656_a_later_segment_is_cut_around_a_write_to_a_value_it_computes() -> None:
+    """Seed 1830 on 83a5591: ``t1 = MarkDirty.apply(t0)`` is cut around; the segment after it computes ``t2 =
+    b.tanh()``, which tanh's backward saves, and writes it (``t5 = t2.detach(); t5.mul_(3.0)``). A later segment was
+    never cut around a saved write (s1805_419: earlier segments' writes to its inputs are not in its graph), so the
+    graph went to stock, whose output is no view. A later segment is now cut around a value it computes itself
+    (Note [A write to a value a backward saved])."""
+    _assert_matches_without_fallback(1830, 656, "prototype[aot_eager]")

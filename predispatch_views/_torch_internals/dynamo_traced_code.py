@@ -66,17 +66,19 @@ def inlined_autograd_functions() -> list[type]:
 # mode off); a forward cannot mark it dirty there (Dynamo breaks the graph on ``mark_dirty`` when inlining). For
 # graphs compiled by this backend the inlined call's result is rewritten so, in Dynamo's own graph: the view is an
 # op the epilogue replays, and the views and identities the caller sees are eager's. Other backends trace as before.
-# A result the rewrite does not cover (another container, an output requiring grad that is no input) leaves the
-# Function in ``inlined_autograd_functions``, whose rule falls back as before; so does a rewritten view that crosses
-# a graph break with grad mode off (Dynamo reads its autograd state while wrapping it for the next graph: fuzzer
-# s1602_1270, under inference_mode, where that state raises). Whether the returned input requires grad is read off
-# Dynamo's fake value, except through a dropout that returns its input (eval or p=0): its fake kernel allocates a
-# tensor that never requires grad under no_grad, while eager's result is the input itself, which may (fuzzer
-# s1821_612); there the dropout's own input decides. Eager also marks the view IN_CUSTOM_FUNCTION where the replay's
-# is NO_GRAD_MODE: an in-place write to it with grad raises in both, with another message (Dynamo's trace cannot
-# call ``_set_creation_meta``). A graph that falls back goes to stock as Dynamo traced it for stock
-# (``without_inlined_function_views``): stock never saw these views, and AOTAutograd returned a wrong value on one
-# such graph under dynamic shapes (fuzzer s1601_1125).
+# A result the rewrite does not cover (another container, an output requiring grad that is no input) leaves the Function
+# in ``inlined_autograd_functions``, whose rule falls back as before. Whether the returned input requires grad is read
+# off Dynamo's fake value, except through a dropout that returns its input (eval or p=0): its fake kernel allocates a
+# tensor that never requires grad under no_grad, while eager's result is the input itself, which may (fuzzer s1821_612);
+# there the dropout's own input decides. Decided so, a rewritten view may cross a graph break even where its base is
+# written before the next graph: Dynamo reads its ``grad_fn`` while wrapping it, which raises only for a view whose base
+# requires grad (``VariableHooks::grad_fn``), and eager's apply returns such an input detached, no view at all. (Fuzzer
+# s1602_1270 crashed there, under inference_mode, when the dropout's fake chose ``view_as`` for an input requiring grad;
+# the fallback it added kept 11 of seed 1830's programs from replaying.) Eager also marks the view IN_CUSTOM_FUNCTION
+# where the replay's is NO_GRAD_MODE: an in-place write to it with grad raises in both, with another message (Dynamo's
+# trace cannot call ``_set_creation_meta``). A graph that falls back goes to stock as Dynamo traced it for stock
+# (``without_inlined_function_views``): stock never saw these views, and AOTAutograd returned a wrong value on one such
+# graph under dynamic shapes (fuzzer s1601_1125).
 # Per TracingContext (one compile): the Functions whose inlined calls were rewritten, and those with a call that
 # was not.
 _REWRITTEN: weakref.WeakKeyDictionary[Any, set[type]] = weakref.WeakKeyDictionary()
@@ -209,35 +211,6 @@ def _added_by_rewrite(n: torch.fx.Node) -> bool:
     frames = str(n.meta.get("stack_trace") or "").strip().splitlines()
     last = next((line.strip() for line in reversed(frames) if line.strip().startswith("File ")), "")
     return any(f'File "{file}"' in last and last.endswith(f"in {name}") for file, name in helpers)
-
-
-def rewritten_view_outputs(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    """The outputs of ``gm`` that are (views of) a view the rewrite traced: followed back through ops whose result
-    shares its first argument's storage (``t3.detach()`` of ``t3 = t2.add(1)`` is no view of ``t2``: fuzzer
-    s1814_269)."""
-    outputs = [
-        a for a in torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0]) if isinstance(a, torch.fx.Node)
-    ]
-    found = []
-    for output in outputs:
-        n = output
-        while not _added_by_rewrite(n):
-            if n.op not in ("call_function", "call_method") or not n.args or not isinstance(n.args[0], torch.fx.Node):
-                break
-            if (storage := _storage_of(n)) is None or storage != _storage_of(n.args[0]):
-                break
-            n = n.args[0]
-        else:
-            found.append(output)
-    return found
-
-
-def _storage_of(n: torch.fx.Node) -> int | None:
-    """The storage of ``n``'s example value; of a tuple's first tensor (``split``'s views share their input's)."""
-    value = n.meta.get("example_value")
-    if isinstance(value, (tuple, list)):
-        value = next((v for v in value if isinstance(v, torch.Tensor)), None)
-    return value.untyped_storage()._cdata if isinstance(value, torch.Tensor) else None
 
 
 def without_inlined_function_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
