@@ -138,16 +138,19 @@ def replayed_unless_stock_views(
 def _deferring_fallbacks(compile_stock: Callable[[], Callable[..., Any]]) -> tuple[Any, list[Any], list[Any]]:
     """Stock's program, and the fallbacks its compile listed and logged (its graph may run uncompiled: fuzzer
     s1830_455), held back: they are reported where a call runs it, not where the replay stands."""
-    before, records = len(FALLBACKS), []
+    earlier, records = list(FALLBACKS), []  # set aside: a full deque drops from the left, so no count would do
 
     def hold(record: logging.LogRecord) -> bool:
         records.append(record)
         return False
 
+    FALLBACKS.clear()
     log.addFilter(hold)
     try:
         stock = compile_stock()
     finally:
         log.removeFilter(hold)
-    deferred = [FALLBACKS.pop() for _ in range(len(FALLBACKS) - before)][::-1]
+        deferred = list(FALLBACKS)
+        FALLBACKS.clear()
+        FALLBACKS.extend(earlier)
     return stock, deferred, records
