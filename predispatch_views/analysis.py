@@ -107,7 +107,7 @@ def select_epilogue_from(meta: GraphMeta) -> EpilogueSelection | Fallback:
     if (
         isinstance(selection, Fallback)
         and not _hidden_aliased_input_writes(meta)
-        and any(graph_ops.mutated_input(n) in meta.aliased_inputs for n in meta.nodes)
+        and any(graph_ops.mutated_input(n) in meta.aliased_inputs | meta.restricted_inputs for n in meta.nodes)
     ):
         # Note [Inputs that alias each other]: the other placement may replay what this one cannot.
         in_core = _select(meta, replay_aliased_input_writes=False)
@@ -129,6 +129,12 @@ def _hidden_aliased_input_writes(meta: GraphMeta) -> list[fx.Node]:
         if n in meta.no_grad
         and any(w in meta.aliased_inputs and meta.root.get(w, w) in grad_roots for w in graph_ops.written_args(n))
     ]
+
+
+def _restricted_input_writes(meta: GraphMeta) -> list[fx.Node]:
+    """The writes of an input that is a restricted view requiring grad: AOTAutograd's write of it raises where eager's
+    does not (Note [A restricted view aliased by a write] in runtime.py), so the replay placement replays them."""
+    return [n for n in meta.mutations if any(w in meta.restricted_inputs for w in graph_ops.written_args(n))]
 
 
 def _select(meta: GraphMeta, *, replay_aliased_input_writes: bool) -> EpilogueSelection | Fallback:
@@ -220,7 +226,7 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool, kept: frozense
             return False
         if graph_ops.is_metadata_mutation(n):
             return True
-        if target in meta.aliased_inputs:  # Note [Inputs that alias each other]
+        if target in meta.aliased_inputs or target in meta.restricted_inputs:  # Note [Inputs that alias each other]
             return replay_aliased_input_writes
         return root[target] is not target  # a write through a view
 
@@ -236,7 +242,7 @@ def _epilogue(meta: GraphMeta, replay_aliased_input_writes: bool, kept: frozense
     for n in meta.output.all_input_nodes:
         pull(n)
     if replay_aliased_input_writes:  # Note [Inputs that alias each other]: AOTAutograd would record it
-        for n in _hidden_aliased_input_writes(meta):
+        for n in _hidden_aliased_input_writes(meta) + _restricted_input_writes(meta):
             pull(n)
     changed = True
     while changed:  # rule 3 can pull in views (rule 2), which can pull in earlier mutations

@@ -333,9 +333,9 @@ class FallbackKind(enum.Enum):
         "a graph that writes an alias of its input, a view autograd forbids rebasing: that call runs uncompiled",
         "`input <k> is a view autograd forbids rebasing, and the graph writes an alias of it: the graph runs "
         "uncompiled for such calls`",
-        "AOTAutograd's autograd.Function reads every input's grad_fn around the write, raising eager's lazy "
-        "view+inplace error where eager does not; Note [A restricted view aliased by a write] in runtime.py.",
-        "pipeline.py",
+        "AOTAutograd writes the input in the caller's grad mode, raising eager's view+inplace error where eager "
+        "does not; the epilogue replays such writes where it can. Note [A restricted view aliased by a write].",
+        "inner_backend.py",
         "runs uncompiled for such calls",
     )
     UNFAITHFUL_TRACE_IN_FUNCTION = FallbackReason(
@@ -380,7 +380,7 @@ class FallbackKind(enum.Enum):
         "an internal error of the pipeline",
         "`internal error in the view-replay pipeline: ...`",
         "any exception in selection, functionalization or slicing: an engine limitation never breaks what stock runs.",
-        "pipeline.py",
+        "inner_backend.py",
         "internal error in the view-replay pipeline",
     )
 

@@ -68,6 +68,8 @@ class GraphMeta:
     root: dict[fx.Node, fx.Node]
     mutations: list[fx.Node]  # in-place and out= calls, in program order (kinds: graph_ops.is_*_mutation)
     aliased_inputs: frozenset[fx.Node]  # inputs sharing their storage with another input
+    # Inputs that are views autograd forbids rebasing and require grad (Note [A restricted view aliased by a write])
+    restricted_inputs: frozenset[fx.Node]
     sym_from_inputs: frozenset[fx.Node]  # size arithmetic computable from the graph inputs alone
     requires_grad: frozenset[fx.Node]  # results that require grad in eager
     no_grad: frozenset[fx.Node]  # nodes run with grad mode off
@@ -92,6 +94,7 @@ def graph_meta(
     grad_enabled: bool,
     input_alias_groups: Sequence[int] | None = None,
     input_requires_grad: Sequence[bool] | None = None,
+    input_restricted: Sequence[bool] = (),
     graph_breaks: GraphBreaks = NO_GRAPH_BREAKS,
     cut_around_saved_writes: bool = False,
     later_segment: bool = False,
@@ -112,6 +115,7 @@ def graph_meta(
         aliased_inputs=frozenset(
             placeholders[i] for i, first in enumerate(input_alias_groups or ()) if groups[first] > 1
         ),
+        restricted_inputs=frozenset(p for p, restricted in zip(placeholders, input_restricted) if restricted),
         sym_from_inputs=_sym_from_inputs(nodes),
         requires_grad=requires_grad,
         no_grad=no_grad,

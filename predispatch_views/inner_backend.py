@@ -17,7 +17,7 @@ from ._torch_internals.dynamo_traced_code import without_inlined_function_views
 from .fallbacks import Fallback, FallbackKind
 from .labels import graph_label
 from .outcomes import FALLBACKS
-from .program import StrictModeError
+from .program import CompiledProgram, StrictModeError, unset_run
 
 log = logging.getLogger("predispatch_views")
 InnerBackend = str | Callable[..., Any]
@@ -141,6 +141,27 @@ def _record(result: Any, fallback: Fallback, graph: fx.GraphModule, strict: bool
     result.fallback = fallback
 
 
+def on_restricted_view_written(graph: fx.GraphModule, strict: bool) -> Callable[[int], None]:
+    """What a call that runs ``graph`` uncompiled for Note [A restricted view aliased by a write] (runtime.py) records:
+    the fallback, once per input (raised in strict mode)."""
+    logged: set[int] = set()
+
+    def on_use(k: int) -> None:
+        fallback = Fallback(
+            FallbackKind.RESTRICTED_VIEW_WRITTEN,
+            f"input {k} is a view autograd forbids rebasing, and the graph writes an alias of it: the graph "
+            "runs uncompiled for such calls (Note [A restricted view aliased by a write])",
+        )
+        if strict:
+            raise StrictModeError(fallback.reason)
+        if k not in logged:
+            logged.add(k)
+            log.info("%s [in %s]", fallback.reason, graph_label(graph))
+            FALLBACKS.append((graph_label(graph), fallback.reason))
+
+    return on_use
+
+
 def fall_back_to_stock(
     result: Any, fallback: Fallback, graph: fx.GraphModule, example_inputs: Sequence[Any],
     inner_fn: Callable[..., Any], strict: bool,
@@ -227,3 +248,16 @@ class Laps:
 def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else ""
+
+
+def stock_for(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, fallback: Fallback, strict: bool
+) -> CompiledProgram:
+    """Dynamo's graph compiled by stock, with the reason logged (raised under strict)."""
+    return fall_back_to_stock(
+        CompiledProgram(run=unset_run), fallback, gm, example_inputs, resolve_inner(inner), strict
+    )
+
+
+def internal_error(e: BaseException) -> Fallback:
+    return Fallback(FallbackKind.INTERNAL_ERROR, f"internal error in the view-replay pipeline: {type(e).__name__}: {e}")

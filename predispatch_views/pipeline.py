@@ -33,8 +33,17 @@ import torch
 from torch import fx
 
 from . import _torch_internals as ti
-from . import dynamo_slice, graph_ops, stock_views
+from . import dynamo_slice, graph_ops, runtime, stock_views
 from .analysis import select_epilogue_from
+from .capture import (
+    UnsupportedCapture,
+    capture_limitation,
+    inlined_autograd_function,
+    may_return_views_of,
+    writes_an_input_its_backward_reads,
+    written_inputs,
+)
+from .capture_cache import capture_graph_module_once
 from .fallbacks import Fallback, FallbackKind
 from .functionalize import functionalize_preserving_views
 from .graph_meta import NO_GRAPH_BREAKS, GraphBreaks, GraphMeta, dynamo_graph_breaks, graph_meta
@@ -46,13 +55,16 @@ from .inner_backend import (
     first_line,
     inner_or_uncompiled,
     input_alias_groups,
+    internal_error,
     is_backward_version_error,
     no_fall_back,
+    on_restricted_view_written,
     resolve_inner,
+    stock_for,
     uncompiled,
 )
 from .labels import graph_label
-from .outcomes import FALLBACKS, GRAPHS, outcome
+from .outcomes import FALLBACKS, GRAPHS, outcome  # noqa: F401 (FALLBACKS: re-exported)
 from .program import MAX_CUT_DEPTH, CompiledProgram, StrictModeError, unset_run
 from .runtime import build_runtime, uncompiled_when_a_restricted_view_is_written
 from .saved_value_rules import writes_to_saved_values
@@ -99,6 +111,7 @@ def compile_captured(
             grad_enabled=grad_enabled,
             input_alias_groups=alias_groups,
             input_requires_grad=requires_grad,
+            input_restricted=[runtime.is_restricted_view_requiring_grad(t) for t in example_inputs],
             graph_breaks=graph_breaks,
             cut_around_saved_writes=cut_around_saved_writes,
             later_segment=later_segment,
@@ -121,7 +134,7 @@ def compile_captured(
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:  # an engine limitation must never break a program stock compiles
-        fallback = _internal_error(e)
+        fallback = internal_error(e)
     finally:  # a stage that raised while running a graph's no_grad region must not leave grad mode off
         ti.SET_GRAD_ENABLED(grad_enabled)
     eager_only: str | None = None  # Note [A graph whose every computing op runs in eager] in inner_backend.py
@@ -257,54 +270,40 @@ def _compile_dynamo_graph_guarded(
 ) -> CompiledProgram:
     """Every piece of engine code that runs here, the wrappers' setup included, is under the internal-error guard:
     an engine defect falls back to stock, it never becomes the user's crash (Note [The invariant])."""
-    from .capture import written_inputs
-
     try:
         ti.restore_input_contexts(gm, example_inputs)
         written = written_inputs(gm)
+        # The capture's epilogue may replay it as eager's call: Note [A restricted view aliased by a write]
+        replay_writes = (
+            torch.is_grad_enabled() and runtime.restricted_view_aliasing(example_inputs, written) is not None
+        )
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:
-        return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
-    program = _compile_dynamo_graph(gm, example_inputs, inner, strict=strict)
+        return stock_for(gm, example_inputs, inner, internal_error(e), strict)
+    program = _compile_dynamo_graph(gm, example_inputs, inner, strict=strict, replay_writes=replay_writes)
     if not written:
         return program
-    logged: set[int] = set()
-
-    def on_use(k: int) -> None:
-        fallback = Fallback(
-            FallbackKind.RESTRICTED_VIEW_WRITTEN,
-            f"input {k} is a view autograd forbids rebasing, and the graph writes an alias of it: the graph "
-            "runs uncompiled for such calls (Note [A restricted view aliased by a write])",
-        )
-        if strict:
-            raise StrictModeError(fallback.reason)
-        if k not in logged:
-            logged.add(k)
-            log.info("%s [in %s]", fallback.reason, graph_label(gm))
-            FALLBACKS.append((graph_label(gm), fallback.reason))
-
     try:
+        if program.sliced is not None and not (program.fallback or program.segments or program.may_run_stock):
+            written = runtime.inputs_the_core_writes(program.sliced, written)  # the epilogue's writes are eager's own
+        on_use = on_restricted_view_written(gm, strict)
         program.run = uncompiled_when_a_restricted_view_is_written(program.run, gm, written, example_inputs, on_use)
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:
-        return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
+        return stock_for(gm, example_inputs, inner, internal_error(e), strict)
     return program
 
 
 def _compile_dynamo_graph(
-    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, *, strict: bool = False
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    inner: InnerBackend,
+    *,
+    strict: bool = False,
+    replay_writes: bool = False,
 ) -> CompiledProgram:
-    from .capture import (
-        UnsupportedCapture,
-        capture_limitation,
-        inlined_autograd_function,
-        may_return_views_of,
-        writes_an_input_its_backward_reads,
-    )
-    from .capture_cache import capture_graph_module_once
-
     try:
         # Compiled autograd's backward graph returns gradients from one boxed list input: no view to replay.
         compiled_autograd = ti.compiling_a_compiled_autograd_graph()
@@ -313,7 +312,9 @@ def _compile_dynamo_graph(
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:
-        return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
+        return stock_for(gm, example_inputs, inner, internal_error(e), strict)
+    if not may_return_views and replay_writes and (replayed := _replaying_writes(gm, example_inputs, inner)):
+        return replayed
     if not may_return_views:
         # Nothing for an epilogue to replay: the inner backend alone gives the same program, without our trace.
         note = "compiled autograd" if compiled_autograd else "no view outputs"
@@ -325,7 +326,7 @@ def _compile_dynamo_graph(
         program.run = watching_saved_results(gm, run) if watch else run
         return program
     if limitation is not None:
-        return _stock_for(gm, example_inputs, inner, limitation, strict)
+        return stock_for(gm, example_inputs, inner, limitation, strict)
     start = cpu_seconds()
     if dynamo_slice.ENABLED:  # Note [Slicing Dynamo's graph]: no trace beyond stock's where it applies
         try:
@@ -339,7 +340,7 @@ def _compile_dynamo_graph(
         except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
             raise
         except Exception as e:
-            return _stock_for(gm, example_inputs, inner, _internal_error(e), strict)
+            return stock_for(gm, example_inputs, inner, internal_error(e), strict)
         if not isinstance(sliced, str):
             program = CompiledProgram(run=unset_run, sliced=sliced, notes=["sliced Dynamo's graph"])
             program.stage_seconds["slice Dynamo's graph"] = cpu_seconds() - start
@@ -350,16 +351,16 @@ def _compile_dynamo_graph(
         inlined = inlined_autograd_function(gm)
         captured_in = cpu_seconds() - start
     except UnsupportedCapture as e:
-        return _stock_for(gm, example_inputs, inner, e.fallback, strict)
+        return stock_for(gm, example_inputs, inner, e.fallback, strict)
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:
         if strict:
             raise
         failed = Fallback(FallbackKind.CAPTURE_FAILED, f"pre-dispatch capture failed: {type(e).__name__}: {e}")
-        return _stock_for(gm, example_inputs, inner, failed, strict)
+        return stock_for(gm, example_inputs, inner, failed, strict)
     if inlined is not None:
-        return _stock_for(gm, example_inputs, inner, inlined, strict)
+        return stock_for(gm, example_inputs, inner, inlined, strict)
     program = compile_captured(
         pre_dispatch,
         example_inputs,
@@ -374,23 +375,26 @@ def _compile_dynamo_graph(
 
 def _cut_at_a_saved_write(gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend) -> Any:
     """Note [A write to a value a backward saved]: Dynamo's graph in segments, or None."""
-    from .capture_cache import capture_graph_module_once
-
-    program = compile_captured(
-        capture_graph_module_once(gm, example_inputs), example_inputs, inner, fallback_graph=gm, stock_fallback=False,
-        graph_breaks=dynamo_graph_breaks(gm), cut_around_saved_writes=True,
-    )  # fmt: skip
+    program = _captured(gm, example_inputs, inner, cut_around_saved_writes=True)
     return program if program.fallback is None and program.segments else None
 
 
-def _stock_for(
-    gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, fallback: Fallback, strict: bool
-) -> CompiledProgram:
-    """Dynamo's graph compiled by stock, with the reason logged (raised under strict)."""
-    return fall_back_to_stock(
-        CompiledProgram(run=unset_run), fallback, gm, example_inputs, resolve_inner(inner), strict
-    )
+def _replaying_writes(gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend) -> Any:
+    """Dynamo's graph that returns no view, captured all the same, for its epilogue to replay its writes of a
+    restricted view (Note [A restricted view aliased by a write]); None where that falls back."""
+    try:
+        if capture_limitation(gm) is None and inlined_autograd_function(gm) is None:
+            program = _captured(gm, example_inputs, inner)
+            return program if program.fallback is None else None
+    except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
+        raise
+    except Exception as e:
+        log.debug("not replaying the writes of %s: %s: %s", graph_label(gm), type(e).__name__, e)
+    return None
 
 
-def _internal_error(e: BaseException) -> Fallback:
-    return Fallback(FallbackKind.INTERNAL_ERROR, f"internal error in the view-replay pipeline: {type(e).__name__}: {e}")
+def _captured(gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, **kwargs: Any) -> Any:
+    return compile_captured(
+        capture_graph_module_once(gm, example_inputs), example_inputs, inner, fallback_graph=gm, stock_fallback=False,
+        graph_breaks=dynamo_graph_breaks(gm), **kwargs,
+    )  # fmt: skip

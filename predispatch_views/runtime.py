@@ -17,6 +17,7 @@ from torch import fx
 
 from . import _torch_internals as ti
 from . import graph_ops
+from .graph_meta import alias_roots
 from .graph_ops import is_grad_mode_change
 from .slicing import SlicedProgram
 from .version_watches import watch_lines
@@ -176,13 +177,17 @@ def build_runtime(sliced: SlicedProgram, compiled_parts: Sequence[Callable[..., 
 # A view autograd forbids rebasing (a multi-output view such as an ``unbind`` output, a view made under no_grad...)
 # raises eager's lazy error ("Output 2 of Split is a view and its base ... has been modified inplace") when its
 # ``grad_fn`` is read after an alias of it was written. Eager reads it only where the program uses the view
-# after the write. A compiled graph that takes such a view as an input and writes an alias of it reads it late:
-# AOTAutograd's autograd.Function reads every input's grad_fn around its forward, which holds the write, so the
-# graph raises where eager does not (stock too, given the same inputs: stock's own outputs are not views, so
-# stock never hands them over; the prototype's are, and a graph break hands them to the next graph -- found by
-# the fuzzer, s21_14). Such a call runs the graph uncompiled: eager's ops in eager's order. A call with grad mode
-# off runs compiled: AOTAutograd compiled the graph for it without an autograd.Function (Dynamo guards on grad
-# mode), and a write under no_grad is no rebase (fuzzer s1822_120, called under no_grad).
+# after the write. A compiled graph that takes such a view as an input and writes an alias of it raises where
+# eager does not: AOTAutograd applies an input's write after its compiled forward (its mutation epilogue,
+# ``input.copy_(new)``) in the caller's grad mode, not in the program's no_grad block, and a restricted view so
+# written raises its error at once ("... is being modified inplace"); its autograd.Function reads the inputs'
+# ``grad_fn`` too. Stock does the same given the same inputs: stock's own outputs are not views, so stock never
+# hands them over; the prototype's are, and a graph break hands them to the next graph (fuzzer s21_14). Such a
+# call runs the graph uncompiled: eager's ops in eager's order. A call with grad mode off runs compiled:
+# AOTAutograd compiled the graph for it without an autograd.Function (Dynamo guards on grad mode), and a write
+# under no_grad is no rebase (fuzzer s1822_120, called under no_grad). Only a write compiled code makes counts:
+# a write the epilogue replays is eager's own call, made in eager's grad mode where eager makes it, raising what
+# eager raises (``inputs_the_core_writes``; fuzzer s1831_188, a no_grad ``copy_`` of a Split output).
 
 
 def uncompiled_when_a_restricted_view_is_written(
@@ -215,6 +220,29 @@ def uncompiled_when_a_restricted_view_is_written(
     return run
 
 
+def inputs_the_core_writes(sliced: SlicedProgram, written: list[int]) -> list[int]:
+    """Of ``written``, the inputs the compiled core writes, through any alias it takes of them; all of ``written``
+    where the core holds a call whose writes its schema does not say."""
+    nodes = list(sliced.core.graph.nodes)
+    for n in nodes:
+        if n.op in ("call_method", "call_module") or (
+            n.op == "call_function"
+            and not graph_ops.is_aten_call(n)
+            and not is_grad_mode_change(n)
+            and getattr(n.target, "__module__", None) not in ("_operator", "math")
+        ):
+            return written
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    root = alias_roots(nodes, None)
+    targets = {root.get(w, w) for n in nodes for w in graph_ops.written_args(n)}
+    return [i for i in written if placeholders[i] in targets]
+
+
+def is_restricted_view_requiring_grad(t: Any) -> bool:
+    """A tensor view autograd forbids rebasing (its ``grad_fn`` raises once an alias is written), requiring grad."""
+    return isinstance(t, torch.Tensor) and t.requires_grad and ti.is_view(t) and ti.is_restricted_view(t)
+
+
 def restricted_view_aliasing(
     args: Sequence[Any], written: list[int], candidates: list[int] | None = None
 ) -> int | None:
@@ -223,7 +251,7 @@ def restricted_view_aliasing(
     restricted = [
         k
         for k in (range(len(args)) if candidates is None else candidates)
-        if isinstance(t := args[k], torch.Tensor) and t.requires_grad and ti.is_view(t) and ti.is_restricted_view(t)
+        if is_restricted_view_requiring_grad(args[k])
     ]
     if not restricted:
         return None

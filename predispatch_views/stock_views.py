@@ -132,6 +132,7 @@ def replayed_unless_stock_views(
 
     replay.run = replay_unless_stock_views(replay.run, recording_stock_views(stock), sorted(crossing), on_use)
     replay.notes.append("stock's program for calls whose inputs share storage with a view stock returned")
+    replay.may_run_stock = True
     return replay
 
 

@@ -54,7 +54,7 @@ MESSAGE_NAMES = ("reason", "message")
 
 
 def _reason_literals(tree: ast.Module) -> list[str]:
-    """Messages in the places a reason is made: Fallback(...), fall_back_to_stock(...), _stock_for(...),
+    """Messages in the places a reason is made: Fallback(...), fall_back_to_stock(...), stock_for(...),
     UnsupportedCapture(...) and compile_function's _eager(...) arguments, ``reason = ...``, ``message = ...``,
     and what a function annotated ``-> str | None`` returns."""
     found = []
@@ -63,7 +63,7 @@ def _reason_literals(tree: ast.Module) -> list[str]:
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
             "Fallback",
             "fall_back_to_stock",
-            "_stock_for",
+            "stock_for",
             "UnsupportedCapture",
             "_eager",
         ):

@@ -816,6 +816,32 @@ def test_a_restricted_view_written_after_a_break_runs_compiled_under_no_grad(mod
     assert_same(actual, run(fn))
 
 
+def split_output_written_by_the_epilogue_after_a_break(d: torch.Tensor) -> Any:  # fuzzer s1831_188, shrunk
+    t1 = d.add(1.0).view(1, 2)
+    (t4,) = t1.split(2, 1)
+    u0, u1 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    with torch.no_grad():
+        torch.max(t4, 1, out=(u0, u1))  # a graph break: the graph after it takes t4, a Split output
+    with torch.no_grad():
+        t4.copy_(t1)  # eager allows it; reading t4's grad_fn would raise, and nothing does
+    return d.tensor_split(2, 0)
+
+
+def test_a_restricted_view_the_epilogue_writes_runs_compiled() -> None:
+    """Note [A restricted view aliased by a write] in runtime.py: the graph after the break writes t4, a Split
+    output requiring grad, under no_grad, with grad mode on at the call. AOTAutograd would write it in the caller's
+    grad mode and raise; the prototype replays the write in its epilogue, as eager's own call, so the graph runs
+    compiled (fuzzer s1831_188 ran it uncompiled, a fallback) with eager's values, views and grads."""
+
+    def inputs() -> list[torch.Tensor]:
+        return [torch.randn(2, 1, generator=torch.Generator().manual_seed(0)).requires_grad_().mul(1)]
+
+    pv.FALLBACKS.clear()
+    compiled = strict_compiled(split_output_written_by_the_epilogue_after_a_break, "backend")
+    assert_matches_eager(split_output_written_by_the_epilogue_after_a_break, compiled, inputs)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+
 def split_of_an_input_then_its_metadata_write(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
     t1 = F.dropout(c, 0.5, False)  # fuzzer s41_47: Dynamo crashed in the call, eager and stock run
     _t3, t4 = t1.narrow(1, 1, 2).split_with_sizes([1, 1], 1)
