@@ -842,6 +842,30 @@ def test_a_restricted_view_the_epilogue_writes_runs_compiled() -> None:
     assert not pv.FALLBACKS, list(pv.FALLBACKS)
 
 
+def split_output_written_in_a_graph_without_views(a: torch.Tensor, d: torch.Tensor) -> Any:  # s1831_1183, shrunk
+    t3, _ = a.split(1, 0)
+    u0, u1 = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.min(a.detach(), 1, out=(u0, u1))  # a graph break: the graph after it returns no view
+    with torch.no_grad():
+        t3.add_(1.0)
+    return (d.sin(),)
+
+
+def test_a_graph_without_views_that_writes_a_restricted_view_is_replayed() -> None:
+    """The same Note: the graph after the break returns no view, so the inner backend alone would compile it and
+    AOTAutograd would write t3 (a Split output requiring grad) in the caller's grad mode. The prototype captures it
+    all the same, so its epilogue replays the no_grad write as eager's call (fuzzer s1831_1183 ran it uncompiled)."""
+
+    def inputs() -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(0)
+        return [torch.randn(2, 3, generator=gen).requires_grad_().mul(1) for _ in range(2)]
+
+    pv.FALLBACKS.clear()
+    compiled = strict_compiled(split_output_written_in_a_graph_without_views, "backend")
+    assert_matches_eager(split_output_written_in_a_graph_without_views, compiled, inputs)
+    assert not pv.FALLBACKS, list(pv.FALLBACKS)
+
+
 def split_of_an_input_then_its_metadata_write(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
     t1 = F.dropout(c, 0.5, False)  # fuzzer s41_47: Dynamo crashed in the call, eager and stock run
     _t3, t4 = t1.narrow(1, 1, 2).split_with_sizes([1, 1], 1)
