@@ -104,4 +104,7 @@ def graph_breaks_of_stage(meta: GraphMeta, plan: Any, stage: Any) -> GraphBreaks
             + [("output", j) for j, n in enumerate(stage.nodes) if meta.root.get(n, n) in at]
         )
     checked = frozenset(j for j, (kind, i) in enumerate(stage.sources) if kind == "arg" and i in breaks.checked_inputs)
-    return GraphBreaks(breaks.before, breaks.after, frozenset(from_program), frozenset(returned), checked, writes)
+    return GraphBreaks(
+        breaks.before, breaks.after, frozenset(from_program), frozenset(returned), checked, writes,
+        breaks.eager_views_cross,
+    )  # fmt: skip

@@ -305,7 +305,8 @@ def no_grad_view_read_with_grad(meta: GraphMeta, epilogue: set[fx.Node]) -> Fall
                 "its base's requires_grad])",
                 cut_after=read[0],  # Note [Segments]
             )
-    for k, n in enumerate(meta.outputs):
+    # Where stock's compile failed, all outputs are eager's views: Note [Stock's views across a graph break]
+    for k, n in enumerate([] if meta.graph_breaks.eager_views_cross else meta.outputs):
         if n not in no_grad_views and not (n in identities and _may_be_a_new_view(n)):
             continue
         if meta.graph_breaks.output_crosses(k) and may_be_written_at_break(meta, n, meta.grad_enabled):

@@ -27,7 +27,7 @@ def multi_output_view_at_graph_break(meta: GraphMeta, epilogue: set[fx.Node]) ->
     tells what that instruction writes and the base is not among it, nothing can write it in between (Note [What
     runs between two graphs] in _torch_internals/dynamo_break.py).
     """
-    if not meta.graph_breaks.after:
+    if not meta.graph_breaks.after or meta.graph_breaks.eager_views_cross:
         return None
     root = meta.root
     multi_output_views: set[fx.Node] = set()

@@ -35,6 +35,9 @@ class GraphBreaks:
     # What the instruction Dynamo broke the graph at may write: ("input", i), ("output", k); None: anything
     # (Note [What runs between two graphs] in _torch_internals/dynamo_break.py).
     break_writes: frozenset[tuple[str, int]] | None = None
+    # Stock's compile of the graph failed: it would run uncompiled, its outputs eager's views whatever the
+    # prototype does (Note [Stock's views across a graph break] in stock_views.py).
+    eager_views_cross: bool = False
 
     def input_crosses(self, i: int) -> bool:
         return self.before and (self.inputs_before is None or i in self.inputs_before)

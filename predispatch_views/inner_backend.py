@@ -129,6 +129,7 @@ def inner_or_uncompiled(
         FALLBACKS.append((graph_label(graph), reason))
         if result.fallback is None:
             result.fallback = Fallback(FallbackKind.INNER_BACKEND_REJECTED, reason)
+        result.runs_uncompiled = True
         return graph.forward
 
 

@@ -92,7 +92,6 @@ def compile_captured(
     """Compile a captured pre-dispatch graph. ``fallback_graph`` is what stock gets (default: the capture).
     ``cuts_left``: how many times more a half may be cut in two (default MAX_CUT_DEPTH; Note [Segments] in
     segments.py). ``cut_around_saved_writes``, ``later_segment``: Note [A write to a value a backward saved].
-
     ``stock_fallback=False``: a program that cannot be replayed comes back with its ``fallback_reason`` and no
     ``run``, neither compiled by stock nor logged (compile_function runs such a function eagerly and logs that).
     """
@@ -188,21 +187,23 @@ def compile_captured(
         if not stock_fallback:
             return no_fall_back(result, Fallback(FallbackKind.EVERY_OP_RUNS_IN_EAGER, eager_only), strict)
         return uncompiled(result, eager_only, stock_graph, strict)
+
+    replay = functools.partial(compile_captured, pre_dispatch, example_inputs, inner, fallback_graph=stock_graph,
+                               strict=strict, stock_fallback=False)  # fmt: skip
     checked = fallback is not None and stock_views.a_checked_replay_may_do(fallback, graph_breaks)
-    if checked and stock_fallback and compile_core:  # Note [Stock's views across a graph break] in stock_views.py
+    if checked and stock_fallback and compile_core:
         assert fallback is not None
         both = stock_views.replayed_unless_stock_views(
             len(example_inputs), graph_breaks, fallback, graph_label(stock_graph), StrictModeError if strict else None,
-            lambda breaks: compile_captured(pre_dispatch, example_inputs, inner, fallback_graph=stock_graph,
-                                            strict=strict, stock_fallback=False, graph_breaks=breaks),
-            lambda: inner_or_uncompiled(result, stock_graph, example_inputs, inner_fn, strict),
+            replay, lambda: inner_or_uncompiled(result, stock_graph, example_inputs, inner_fn, strict),
         )  # fmt: skip
         if both is not None:
             return both
     if fallback is not None:  # outside the try: stock's own compile errors are the user's, not ours
         if not stock_fallback:
             return no_fall_back(result, fallback, strict)
-        return fall_back_to_stock(result, fallback, stock_graph, example_inputs, inner_fn, strict)
+        stock = functools.partial(fall_back_to_stock, result, fallback, stock_graph, example_inputs, inner_fn, strict)
+        return stock_views.stock_unless_rejected(fallback, graph_breaks, stock, replay)
     if not compile_core:
         result.run = build_runtime(result.sliced, None)
         result.epilogue_source = result.run.source
@@ -389,12 +390,11 @@ def _replaying_writes(gm: fx.GraphModule, example_inputs: Sequence[Any], inner: 
     except ti.DYNAMO_RESTARTS:  # Dynamo's request to trace again: Note [Dynamo's restarts]
         raise
     except Exception as e:
-        log.debug("not replaying the writes of %s: %s: %s", graph_label(gm), type(e).__name__, e)
+        log.debug("not replaying the writes of %s: %s", graph_label(gm), e)
     return None
 
 
 def _captured(gm: fx.GraphModule, example_inputs: Sequence[Any], inner: InnerBackend, **kwargs: Any) -> Any:
-    return compile_captured(
-        capture_graph_module_once(gm, example_inputs), example_inputs, inner, fallback_graph=gm, stock_fallback=False,
-        graph_breaks=dynamo_graph_breaks(gm), **kwargs,
-    )  # fmt: skip
+    pre_dispatch, breaks = capture_graph_module_once(gm, example_inputs), dynamo_graph_breaks(gm)
+    return compile_captured(pre_dispatch, example_inputs, inner, fallback_graph=gm, stock_fallback=False,
+                            graph_breaks=breaks, **kwargs)  # fmt: skip

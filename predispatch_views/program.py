@@ -35,6 +35,7 @@ class CompiledProgram:
     # Outputs eager returns as views autograd forbids rebasing (Note [Stock's views across a graph break]).
     restricted_outputs: frozenset[int] = frozenset()
     notes: list[str] = field(default_factory=list)
+    runs_uncompiled: bool = False  # Dynamo's graph as it is: the inner backend rejected it
     may_run_stock: bool = False  # some calls run stock's program (Note [Stock's views across a graph break])
     # A program cut in two (Note [Segments] in segments.py): its halves, in order; the fields above stay empty.
     segments: list[CompiledProgram] = field(default_factory=list)

@@ -14,6 +14,12 @@ return (while any of those views lives), and such a graph is compiled both ways;
 that crosses the break shares storage with a recorded view, and runs stock's program otherwise. A recorded storage
 whose views all died counts no more. One whose memory a new storage reused can count until it is purged: that only
 sends a call to stock's program, the behaviour every call had before.
+The fallbacks that keep eager's view from crossing a graph break (a no_grad view, a multi-output view: Dynamo would
+crash wrapping it for the next graph were its base written in between) buy stock's fresh tensor only where stock
+compiles. Where the inner backend rejects stock's graph (Note [Graphs the inner backend rejects]), the graph would
+run uncompiled and return eager's views anyway, so the program is replayed as if those views crossed
+(``stock_unless_rejected``), its core compiled and nothing recorded; eager, the ceiling and the uncompiled graph
+all hand the next graph the same view (fuzzer s1831_530, _1210: every strategy crashes, as eager's views do).
 """
 
 from __future__ import annotations
@@ -106,18 +112,18 @@ def replayed_unless_stock_views(
     fallback: Fallback,
     label: str,
     strict_error: type[Exception] | None,
-    compile_replay: Callable[[Any], Any],  # GraphBreaks -> pipeline.CompiledProgram, not falling back to stock
+    compile_replay: Callable[..., Any],  # (graph_breaks=) -> pipeline.CompiledProgram, not falling back to stock
     compile_stock: Callable[[], Callable[..., Any]],
 ) -> Any:
     """The program replayed with its crossing inputs checked on each call, and stock's program for the calls that
     fail the check, logged (or raised under strict) on the first; None where even the checked replay falls back
     (Note [Stock's views across a graph break])."""
     crossing = frozenset(i for i in range(n_inputs) if graph_breaks.input_crosses(i))
-    replay = compile_replay(dataclasses.replace(graph_breaks, checked_inputs=crossing))
+    replay = compile_replay(graph_breaks=dataclasses.replace(graph_breaks, checked_inputs=crossing))
     if replay.fallback is not None:
         return None
     logged: list[int] = []
-    stock, deferred, records = _deferring_fallbacks(compile_stock)
+    stock, deferred, records = deferring_fallbacks(compile_stock)
 
     def on_use(k: int) -> None:
         if strict_error is not None:
@@ -136,7 +142,37 @@ def replayed_unless_stock_views(
     return replay
 
 
-def _deferring_fallbacks(compile_stock: Callable[[], Callable[..., Any]]) -> tuple[Any, list[Any], list[Any]]:
+def stock_unless_rejected(
+    fallback: Fallback,
+    graph_breaks: Any,  # graph_meta.GraphBreaks
+    compile_stock: Callable[[], Any],  # -> pipeline.CompiledProgram, stock's, the fallback recorded
+    compile_replay: Callable[..., Any],  # (graph_breaks=) -> pipeline.CompiledProgram, not falling back to stock
+) -> Any:
+    """Stock's program; or, where the fallback only keeps a view of eager's from crossing a graph break and the inner
+    backend rejects stock's graph (which then runs uncompiled, returning eager's views all the same), the program
+    replayed as if that view crossed, with nothing recorded (Note [Stock's views across a graph break])."""
+    if fallback.kind not in _KEEPS_EAGERS_VIEW_FROM_A_BREAK or graph_breaks.eager_views_cross:
+        return compile_stock()
+    stock, deferred, records = deferring_fallbacks(compile_stock)
+    if stock.runs_uncompiled:
+        replay = compile_replay(graph_breaks=dataclasses.replace(graph_breaks, eager_views_cross=True))
+        if replay.fallback is None:
+            replay.notes.append(f"replayed where stock's compile failed, though {fallback.reason}")
+            return replay
+    FALLBACKS.extend(deferred)
+    for record in records:
+        log.handle(record)
+    return stock
+
+
+_KEEPS_EAGERS_VIEW_FROM_A_BREAK = (
+    FallbackKind.NO_GRAD_VIEW_AT_GRAPH_BREAK,
+    FallbackKind.NO_GRAD_VIEW_OF_INPUT_AFTER_GRAPH_BREAK,
+    FallbackKind.MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK,
+)
+
+
+def deferring_fallbacks(compile_stock: Callable[[], Callable[..., Any]]) -> tuple[Any, list[Any], list[Any]]:
     """Stock's program, and the fallbacks its compile listed and logged (its graph may run uncompiled: fuzzer
     s1830_455), held back: they are reported where a call runs it, not where the replay stands."""
     earlier, records = list(FALLBACKS), []  # set aside: a full deque drops from the left, so no count would do

@@ -25,6 +25,7 @@ from predispatch_views.compare.fuzz import (
     FuzzStrategy,
     Outcome,
     Run,
+    ceiling_strategies,
     classify,
     fails_alike,
     failure_markdown,
@@ -946,6 +947,38 @@ def test_an_input_dynamo_reached_under_two_sources_keeps_its_symbols(seed: int, 
         command = [sys.executable, "-c", _UNNAMED_SYMBOL, str(seed), str(index), label]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, (hash_seed, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("index", [61, 188, 947, 1183])
+def test_s1831_a_restricted_views_write_the_epilogue_replays_runs_compiled(index: int) -> None:
+    """Seed 1831 on 2497d9d: a graph after a break writes an input that is a multi-output view requiring grad (a
+    Split output an earlier graph replayed) under no_grad, with grad mode on at the call. Every call of it ran
+    uncompiled (Note [A restricted view aliased by a write]), though the epilogue replayed the write (188, 61, 947)
+    or could (1183, a graph with no view output, compiled by the inner backend alone): only a write AOTAutograd
+    makes raises. They replay and match eager with no fallback."""
+    _assert_matches_without_fallback(1831, index, "prototype[aot_eager]")
+
+
+def test_s1831_112_a_view_kept_from_a_break_is_replayed_where_stock_cannot_compile() -> None:
+    """Seed 1831 on 2497d9d: a graph ending at a break returns Split outputs of an input the break's instruction (a
+    dirty Function) may write, so it fell back to stock (MULTI_OUTPUT_VIEW_AT_GRAPH_BREAK); stock's compile met the
+    backward version error of ``t0 = c.tanh(); t0.normal_()`` and the graph ran uncompiled, returning eager's views
+    all the same. It is replayed instead (``stock_views.stock_unless_rejected``) and matches eager, no fallback."""
+    _assert_matches_without_fallback(1831, 112, "prototype[aot_eager]")
+
+
+@pytest.mark.parametrize("index", [40, 412, 421, 482, 530, 1210])
+def test_s1831_a_no_grad_view_kept_from_a_break_crashes_as_the_ceiling_without_fallback(index: int) -> None:
+    """Seed 1831 on 2497d9d: a no_grad view crossing a break fell back (NO_GRAD_VIEW_AT_GRAPH_BREAK), stock's compile
+    raised the lazy view error and the graph ran uncompiled, so Dynamo crashed wrapping eager's view for the next
+    graph, as the ceiling does. The graph is replayed instead: the same crash, the same error, no fallback."""
+    program = generate(1831, index, ALL)
+    by_label = {s.label: s for s in [*fuzz_strategies("aot_eager", ALL), *ceiling_strategies(ALL)]}
+    run = run_program(program, by_label["prototype[aot_eager]"])
+    ceiling = run_program(program, by_label["dynamo_eager[eager]"])
+    assert run.fallbacks == []
+    assert isinstance(ceiling.observations.get("forward"), Raised)
+    assert run.observations.get("forward") == ceiling.observations.get("forward")
 
 
 def _assert_matches_without_fallback(seed: int, index: int, label: str) -> None:

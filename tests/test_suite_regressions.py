@@ -166,7 +166,7 @@ def test_engine_errors_outside_the_pipeline_fall_back(monkeypatch, caplog) -> No
     def broken(gm):
         raise AttributeError("planted engine defect")
 
-    monkeypatch.setattr("predispatch_views.capture.written_inputs", broken)
+    monkeypatch.setattr(pipeline, "written_inputs", broken)
     x = torch.randn(4, 3, requires_grad=True)
     with caplog.at_level(logging.INFO, logger="predispatch_views"):
         outs = torch.compile(relu_then_split, backend=_backend())(x)
