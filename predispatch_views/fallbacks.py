@@ -101,8 +101,8 @@ class FallbackKind(enum.Enum):
         "`output <k> (<view>) is a view taken under no_grad from a tensor that requires grad, and the graph ends at a "
         "graph break: Dynamo would crash wrapping it for the next graph if its base is written in place in between`",
         "eager forbids reading such a view's grad_fn once its base is written in place, and Dynamo reads is_leaf "
-        "wrapping it for the next graph (from_real_tensor), a crash where eager runs; stock's view is allowed (grad "
-        "off: fails alike unless the graph wrote the base later). Same Note; Note [What runs between two graphs].",
+        "wrapping it for the next graph, a crash where eager runs; stock's view is allowed (replayed where stock's "
+        "compile fails: Note [Stock's views across a graph break]). Same Note; Note [What runs between two graphs].",
         "fallback_rules.py",
         "the graph ends at a graph break",
     )
@@ -114,7 +114,7 @@ class FallbackKind(enum.Enum):
         "<base> in place`",
         "eager refuses the grad_fn of a multi-output view once its base is written in place; Dynamo reads is_leaf "
         "wrapping the view for the resume function: a crash where eager raises only if grad_fn is read (fuzzer "
-        "s41_47: `c.t_()` after `c.split(...)`). Only where that code can reach the base and may write it.",
+        "s41_47). Only where that code can reach the base and may write it, and stock compiles the graph.",
         "graph_break_rules.py",
         "is a view from a multi-output view call, returned by a graph that stops",
     )
@@ -134,7 +134,7 @@ class FallbackKind(enum.Enum):
         "resumed after a graph break: where the graph before fell back, that input is stock's view, which the caller "
         "may write in place, and eager's view of it would then refuse its grad_fn`",
         "a faithful no_grad view of stock's view raises on grad_fn after a write stock's answers (s31_447); other "
-        "calls replay (Note [Stock's views across a graph break]).",
+        "calls replay, all of them where stock's compile fails (Note [Stock's views across a graph break]).",
         "fallback_rules.py",
         "in a graph Dynamo resumed after a graph break",
     )
